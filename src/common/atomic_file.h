@@ -1,0 +1,55 @@
+// Writing a file so that the destination name only ever holds a complete file.
+//
+// Data goes to a temporary file in the destination's directory (same filesystem, so rename is
+// atomic); Commit() fsyncs it, renames it over the destination and fsyncs the directory.
+// Destroying an uncommitted AtomicFile removes the temporary file. A process killed at any
+// point therefore leaves either the old destination or the new one, plus at worst a stale
+// `.NAME.zckpt-tmp-*` file that a later run of the same writer cleans up by name pattern.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace zckpt {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& destination);
+  ~AtomicFile();  // aborts (unlinks the temporary) unless committed
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Appends bytes at the current end. Throws Error(kIo) naming the destination on failure
+  // (ENOSPC included), after which the only valid calls are Abort() or destruction.
+  void Write(const void* data, size_t size);
+  // Appends `count` zero bytes.
+  void WriteZeros(uint64_t count);
+  uint64_t position() const { return position_; }
+
+  // fsync, rename over the destination, fsync the directory.
+  void Commit();
+  // Removes the temporary file now.
+  void Abort();
+
+  const std::string& destination() const { return destination_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  void FlushBuffer();
+  void WriteAll(const char* p, size_t size);
+
+  std::string destination_;
+  std::string temp_path_;
+  int fd_ = -1;
+  uint64_t position_ = 0;
+  bool done_ = false;
+  // Small writes (records, padding) are gathered so the kernel sees large writes.
+  std::string buffer_;
+};
+
+// Test hook: when set (>0), the Nth write(2) issued by any AtomicFile fails with EIO. Lets tests
+// inject a write error without a full disk. 0 disables.
+void SetAtomicFileFailAfterWrites(int n);
+
+}  // namespace zckpt
