@@ -1,0 +1,105 @@
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace zckpt::testing {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+}  // namespace
+
+TempDir::TempDir() {
+  std::string base = EnvOr("TMPDIR", "/tmp") + "/zckpt-test-XXXXXX";
+  std::vector<char> buf(base.begin(), base.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::vector<uint8_t> ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+bool FileExists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+std::vector<std::string> ListDir(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path, ec)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string TestPython() { return EnvOr("ZCKPT_TEST_PYTHON", ""); }
+std::string SourceRoot() { return EnvOr("ZCKPT_SOURCE_ROOT", "."); }
+std::string BuildRoot() { return EnvOr("ZCKPT_BUILD_ROOT", "."); }
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  std::string cmd = command + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  std::string text;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+  int status = pclose(pipe);
+  if (output) *output = text;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+bool PythonHasTorch() {
+  static const bool has = [] {
+    if (TestPython().empty()) return false;
+    return RunCommand(ShellQuote(TestPython()) + " -c 'import torch'") == 0;
+  }();
+  return has;
+}
+
+int RunPython(const std::string& script, const std::vector<std::string>& args, std::string* output) {
+  std::string cmd = ShellQuote(TestPython()) + " " + ShellQuote(SourceRoot() + "/" + script);
+  for (const auto& a : args) cmd += " " + ShellQuote(a);
+  return RunCommand(cmd, output);
+}
+
+}  // namespace zckpt::testing
