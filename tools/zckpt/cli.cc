@@ -1,0 +1,131 @@
+#include "cli.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace zckpt::cli {
+
+int ExitCodeFor(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::kCorrupt:
+    case ErrorKind::kUnsafe:
+      return kExitBad;
+    default:
+      return kExitCannotRun;
+  }
+}
+
+Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags,
+           const std::vector<std::string>& options, const std::map<std::string, std::string>& aliases) {
+  auto is_in = [](const std::vector<std::string>& v, const std::string& s) {
+    for (const auto& x : v)
+      if (x == s) return true;
+    return false;
+  };
+  bool only_positional = false;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    std::string a = argv[i];
+    if (only_positional || a.size() < 2 || a[0] != '-') {
+      positional_.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_positional = true;
+      continue;
+    }
+    std::string name, value;
+    bool has_value = false;
+    if (a.rfind("--", 0) == 0) {
+      name = a.substr(2);
+      size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+    } else {
+      auto it = aliases.find(a.substr(1));
+      if (it == aliases.end()) {
+        error_ = "unknown option " + a;
+        return;
+      }
+      name = it->second;
+    }
+    if (is_in(flags, name)) {
+      if (has_value) {
+        error_ = "option --" + name + " takes no value";
+        return;
+      }
+      values_[name] = "1";
+    } else if (is_in(options, name)) {
+      if (!has_value) {
+        if (i + 1 >= argv.size()) {
+          error_ = "option --" + name + " needs a value";
+          return;
+        }
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      error_ = "unknown option " + a;
+      return;
+    }
+  }
+}
+
+bool Args::Has(const std::string& name) const { return values_.count(name) > 0; }
+
+std::optional<std::string> Args::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<uint64_t> Args::GetSize(const std::string& name) {
+  auto v = Get(name);
+  if (!v) return std::nullopt;
+  const std::string& s = *v;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str() || errno != 0 || (!s.empty() && s[0] == '-')) {
+    error_ = "--" + name + ": not a size: " + s;
+    return std::nullopt;
+  }
+  std::string suffix(end);
+  uint64_t mult = 1;
+  if (suffix == "" || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "KiB" || suffix == "k") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
+  else {
+    error_ = "--" + name + ": unknown size suffix '" + suffix + "' (use K, M or G)";
+    return std::nullopt;
+  }
+  if (n > UINT64_MAX / mult) {
+    error_ = "--" + name + ": too large: " + s;
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(n) * mult;
+}
+
+std::optional<int64_t> Args::GetInt(const std::string& name) {
+  auto v = Get(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(v->c_str(), &end, 10);
+  if (end == v->c_str() || *end != '\0' || errno != 0) {
+    error_ = "--" + name + ": not an integer: " + *v;
+    return std::nullopt;
+  }
+  return n;
+}
+
+int UsageError(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "zckpt %s: %s\nTry 'zckpt %s --help'.\n", command.c_str(), message.c_str(), command.c_str());
+  return kExitCannotRun;
+}
+
+}  // namespace zckpt::cli

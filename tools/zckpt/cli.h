@@ -1,0 +1,47 @@
+// Shared pieces of the `zckpt` subcommands: exit codes, option parsing, error reporting.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zckpt/error.h"
+
+namespace zckpt::cli {
+
+// Exit codes every subcommand uses, so scripts can act on them.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitBad = 1;        // a file is corrupt, unsafe or otherwise refused
+inline constexpr int kExitCannotRun = 2;  // usage error, missing file, not a container, I/O
+
+// Exit code for an error raised while working on a file.
+int ExitCodeFor(const Error& e);
+
+// A small getopt-like parser: `--name VALUE`, `--name=VALUE`, `-x VALUE`, boolean flags, and
+// positional arguments. Unknown options are a usage error.
+class Args {
+ public:
+  // `flags`: options without a value; `options`: options taking one. Short aliases map to long.
+  Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags,
+       const std::vector<std::string>& options, const std::map<std::string, std::string>& aliases = {});
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  bool Has(const std::string& name) const;
+  std::optional<std::string> Get(const std::string& name) const;
+  // Parses an integer option with optional K/M/G suffix (binary); sets error() on failure.
+  std::optional<uint64_t> GetSize(const std::string& name);
+  std::optional<int64_t> GetInt(const std::string& name);
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+  std::string error_;
+};
+
+// Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
+int UsageError(const std::string& command, const std::string& message);
+
+}  // namespace zckpt::cli

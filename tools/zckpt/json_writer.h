@@ -1,0 +1,37 @@
+// Minimal streaming JSON writer for `--json` outputs (no dependency for a few dozen lines).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zckpt::cli {
+
+class JsonWriter {
+ public:
+  JsonWriter& BeginObject();
+  JsonWriter& EndObject();
+  JsonWriter& BeginArray();
+  JsonWriter& EndArray();
+  JsonWriter& Key(std::string_view key);
+  JsonWriter& String(std::string_view value);
+  JsonWriter& Int(int64_t value);
+  JsonWriter& UInt(uint64_t value);
+  JsonWriter& Double(double value);
+  JsonWriter& Bool(bool value);
+  JsonWriter& Null();
+  // Inserts already-serialised JSON (e.g. a tensor's `extra`) as a value.
+  JsonWriter& Raw(std::string_view json);
+  const std::string& str() const { return out_; }
+
+ private:
+  void Separate();
+  std::string out_;
+  std::vector<bool> first_;  // per open container: no element written yet
+  bool after_key_ = false;
+};
+
+std::string JsonEscape(std::string_view s);
+
+}  // namespace zckpt::cli

@@ -1,0 +1,71 @@
+// `zckpt`: one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const zckpt::cli::Argv&);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"convert", zckpt::cli::RunConvert, "rewrite .pt shards (or a checkpoint folder) as .zckpt containers"},
+    {"verify", zckpt::cli::RunVerify, "check every checksum and structural rule of containers"},
+    {"ls", zckpt::cli::RunLs, "list a container's tensors, storages, chunks and metadata"},
+    {"export", zckpt::cli::RunExport, "write a container back as a .pt file torch.load reads"},
+    {"load", zckpt::cli::RunLoad, "stream a container into tensors on a device and report speed and memory"},
+    {"bench", zckpt::cli::RunBench, "benchmark verify/load against baselines measured in the same run"},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
+               "usage: zckpt COMMAND [ARGS...]\n\n"
+               "zckpt: zero-copy checkpoints for PyTorch.\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\n'zckpt COMMAND --help' describes one command.\n"
+               "Exit codes: 0 success; 1 a file is corrupt or refused as unsafe; 2 could not run\n"
+               "(bad usage, missing file, not a container, I/O error).\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return zckpt::cli::kExitCannotRun;
+  }
+  std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    PrintUsage(stdout);
+    return zckpt::cli::kExitOk;
+  }
+  if (name == "--version") {
+    std::printf("zckpt %s (container format 1.0)\n", ZCKPT_VERSION);
+    return zckpt::cli::kExitOk;
+  }
+  zckpt::cli::Argv args(argv + 2, argv + argc);
+  for (const Command& c : kCommands) {
+    if (name == c.name) {
+      try {
+        return c.run(args);
+      } catch (const zckpt::Error& e) {
+        std::fprintf(stderr, "zckpt %s: %s\n", c.name, e.what());
+        return zckpt::cli::ExitCodeFor(e);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "zckpt %s: internal error: %s\n", c.name, e.what());
+        return zckpt::cli::kExitCannotRun;
+      }
+    }
+  }
+  std::fprintf(stderr, "zckpt: unknown command '%s'\n\n", name.c_str());
+  PrintUsage(stderr);
+  return zckpt::cli::kExitCannotRun;
+}
