@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up (tools/setup.sh), builds, and runs every test: the GoogleTest suites through
+# `meson test`, then the Python suites with pytest. Ends with `N passed, N failed, N skipped`
+# counting every test case of both; exits non-zero when any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${ZCKPT_BUILD:-build}
+VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
+
+bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+status=0
+rm -f "$BUILD/meson-logs/testlog.junit.xml" "$BUILD/pytest.junit.xml"
+meson test -C "$BUILD" --print-errorlogs --num-processes "$(nproc)" || status=1
+
+junits=("$BUILD/meson-logs/testlog.junit.xml")
+if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  # The module and the zckpt binary come from the build folder (what `meson devenv` sets up).
+  ZCKPT_BUILD_ROOT="$PWD/$BUILD" meson devenv -C "$BUILD" \
+    "$VENV/bin/python" -m pytest -q "$PWD/tests/python" --junitxml="$PWD/$BUILD/pytest.junit.xml"
+  rc=$?
+  # pytest exits 5 when it collected nothing: not a failure of the suite.
+  if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then status=1; fi
+  junits+=("$BUILD/pytest.junit.xml")
+fi
+
+python3 tools/count-tests.py "${junits[@]}" || status=1
+exit $status
