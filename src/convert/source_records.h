@@ -1,0 +1,27 @@
+// How a container remembers the `.pt` it came from, so export can give it back (spec §8).
+//
+// zip sources: every archive record is kept, storages as storages (`data/<key>`) and the rest
+// as blobs named like the record; the archive order is kept in `zckpt.source.records`.
+// legacy sources: the bytes before the data section (its five pickles) are one blob, and the
+// storages are written in data-section order, so export can rebuild the file byte for byte.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zckpt::convert {
+
+inline constexpr std::string_view kKeyFormat = "zckpt.source.format";    // "zip" | "legacy"
+inline constexpr std::string_view kKeyPrefix = "zckpt.source.prefix";    // zip record prefix
+inline constexpr std::string_view kKeyRecords = "zckpt.source.records";  // zip record names, '\n'-separated
+inline constexpr std::string_view kKeyName = "zckpt.source.name";
+inline constexpr std::string_view kKeyBytes = "zckpt.source.bytes";
+inline constexpr std::string_view kLegacyHeaderBlob = "legacy.header";
+inline constexpr std::string_view kObjectPickleBlob = "data.pkl";
+inline constexpr std::string_view kStorageRecordPrefix = "data/";
+
+std::string JoinRecords(const std::vector<std::string>& names);
+std::vector<std::string> SplitRecords(std::string_view joined);
+
+}  // namespace zckpt::convert
