@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/atomic_file.h"
+#include "common/mapped_file.h"
 #include "convert/source_records.h"
 #include "pt/zip_writer.h"
 #include "zckpt/container.h"
@@ -85,6 +86,10 @@ void ExportLegacy(const Container& c, const std::string& destination) {
     for (int b = 0; b < 8; ++b) count[b] = static_cast<uint8_t>(static_cast<uint64_t>(numel) >> (8 * b));
     out.Write(count, sizeof count);
     StreamStorage(c, s, [&](std::span<const uint8_t> piece) { out.Write(piece.data(), piece.size()); });
+  }
+  if (c.FindBlob(convert::kLegacyTrailerBlob)) {
+    auto trailer = CheckedBlob(c, convert::kLegacyTrailerBlob);
+    out.Write(trailer.data(), trailer.size());
   }
   out.Commit();
 }

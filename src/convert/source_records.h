@@ -18,6 +18,7 @@ inline constexpr std::string_view kKeyRecords = "zckpt.source.records";  // zip 
 inline constexpr std::string_view kKeyName = "zckpt.source.name";
 inline constexpr std::string_view kKeyBytes = "zckpt.source.bytes";
 inline constexpr std::string_view kLegacyHeaderBlob = "legacy.header";
+inline constexpr std::string_view kLegacyTrailerBlob = "legacy.trailer";  // bytes after the data section
 inline constexpr std::string_view kObjectPickleBlob = "data.pkl";
 inline constexpr std::string_view kStorageRecordPrefix = "data/";
 

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "common/atomic_file.h"
+#include "common/mapped_file.h"
 #include "progress.h"
 #include "zckpt/convert.h"
 

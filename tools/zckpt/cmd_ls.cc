@@ -145,7 +145,9 @@ void PrintText(const Container& c, const Stats& st, bool storages) {
     std::printf("\nMETADATA\n");
     for (uint32_t i = 0; i < c.metadata_count(); ++i) {
       auto [k, v] = c.metadata(i);
-      std::printf("  %.*s = %.*s\n", static_cast<int>(k.size()), k.data(), static_cast<int>(v.size()), v.data());
+      std::string value(v);  // one line per entry: multi-line values (record lists) get ", "
+      for (size_t p; (p = value.find('\n')) != std::string::npos;) value.replace(p, 1, ", ");
+      std::printf("  %.*s = %s\n", static_cast<int>(k.size()), k.data(), value.c_str());
     }
   }
 }
