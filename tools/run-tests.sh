@@ -14,10 +14,10 @@ rm -f "$BUILD/meson-logs/testlog.junit.xml" "$BUILD/pytest.junit.xml"
 meson test -C "$BUILD" --print-errorlogs --num-processes "$(nproc)" || status=1
 
 junits=("$BUILD/meson-logs/testlog.junit.xml")
-if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+if ls tests/*/test_*.py >/dev/null 2>&1; then
   # The module and the zckpt binary come from the build folder (what `meson devenv` sets up).
-  ZCKPT_BUILD_ROOT="$PWD/$BUILD" meson devenv -C "$BUILD" \
-    "$VENV/bin/python" -m pytest -q "$PWD/tests/python" --junitxml="$PWD/$BUILD/pytest.junit.xml"
+  ZCKPT_BIN="$PWD/$BUILD/tools/zckpt" ZCKPT_BUILD_ROOT="$PWD/$BUILD" meson devenv -C "$BUILD" \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$PWD/tests" --junitxml="$PWD/$BUILD/pytest.junit.xml"
   rc=$?
   # pytest exits 5 when it collected nothing: not a failure of the suite.
   if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then status=1; fi
