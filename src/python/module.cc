@@ -1,0 +1,181 @@
+// zckpt._C: the C++ side of the `zckpt` Python package (src/python/zckpt/*.py holds the API).
+//
+// Built against torch's own headers and its bundled pybind11, so at::Tensor crosses into Python
+// through torch's type casters exactly as in a torch C++ extension. Every call that streams data
+// releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError for those
+// kinds), carrying the C++ message.
+#include <torch/csrc/utils/pybind.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zckpt/container.h"
+#include "zckpt/convert.h"
+#include "zckpt/error.h"
+#include "zckpt/loader.h"
+
+namespace py = pybind11;
+
+namespace zckpt {
+namespace {
+
+py::dict Describe(const std::string& path) {
+  auto c = Container::Open(path);
+  py::list storages, tensors;
+  for (uint32_t i = 0; i < c->storage_count(); ++i) {
+    StorageInfo s = c->storage(i);
+    py::dict d;
+    d["key"] = std::string(s.key);
+    d["location"] = std::string(s.location);
+    d["dtype"] = std::string(DTypeName(s.dtype));
+    d["bytes"] = s.raw_bytes;
+    storages.append(d);
+  }
+  for (uint32_t i = 0; i < c->tensor_count(); ++i) tensors.append(std::string(c->tensor(i).name));
+  py::dict metadata;
+  for (uint32_t i = 0; i < c->metadata_count(); ++i) {
+    auto [k, v] = c->metadata(i);
+    metadata[py::str(std::string(k))] = py::str(std::string(v));
+  }
+  py::dict out;
+  out["storages"] = storages;
+  out["tensors"] = tensors;
+  out["metadata"] = metadata;
+  out["bytes"] = c->file_bytes();
+  return out;
+}
+
+py::bytes ReadBlob(const std::string& path, const std::string& name) {
+  auto c = Container::Open(path);
+  auto blob = c->FindBlob(name);
+  if (!blob) throw Error(ErrorKind::kInvalidArgument, path + ": no blob '" + name + "'");
+  auto bytes = c->BlobBytes(*blob);
+  if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum)
+    throw Error(ErrorKind::kCorrupt, path + ": blob '" + name + "' fails its checksum");
+  return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
+  py::dict out;
+  for (const auto& [key, t] : storages) out[py::str(key)] = t;
+  return out;
+}
+
+// Storages onto their devices. Loading streams to one device at a time; storages meant for
+// other devices (a dict map_location spreading them) are moved afterwards.
+py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std::string>& devices, bool verify) {
+  std::map<std::string, size_t> votes;
+  for (const auto& [key, dev] : devices) votes[dev]++;
+  std::string main_device = "cpu";
+  size_t best = 0;
+  for (const auto& [dev, n] : votes)
+    if (n > best) best = n, main_device = dev;
+  std::map<std::string, at::Tensor> storages;
+  {
+    py::gil_scoped_release release;
+    LoadOptions options;
+    options.verify = verify;
+    LoadResult r = LoadStorages(path, c10::Device(main_device), options);
+    storages = std::move(r.storages_by_key);
+    for (auto& [key, t] : storages) {
+      auto it = devices.find(key);
+      if (it != devices.end() && it->second != main_device) t = t.to(c10::Device(it->second));
+    }
+  }
+  return StoragesToDict(storages);
+}
+
+py::dict MapStorages(const std::string& path) {
+  std::map<std::string, at::Tensor> storages;
+  {
+    py::gil_scoped_release release;
+    storages = Map(path).storages_by_key;
+  }
+  return StoragesToDict(storages);
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
+    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify) {
+  py::gil_scoped_release release;
+  LoadIntoOptions options;
+  options.strict = strict;
+  options.base.verify = verify;
+  LoadIntoReport report = LoadInto(path, targets, options);
+  return {report.missing, report.unexpected};
+}
+
+py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,
+                 unsigned threads) {
+  ConvertOptions options;
+  if (chunk_bytes) options.writer.chunk_bytes = chunk_bytes;
+  options.writer.zstd_level = zstd_level;
+  options.writer.threads = threads;
+  std::string destination = dst.empty() ? DefaultDestination(src) : dst;
+  ConvertStats s;
+  {
+    py::gil_scoped_release release;
+    s = ConvertFile(src, destination, options);
+  }
+  py::dict out;
+  out["destination"] = destination;
+  out["source_format"] = s.source_format;
+  out["source_bytes"] = s.source_bytes;
+  out["storages"] = s.storages;
+  out["tensors"] = s.tensors;
+  out["file_bytes"] = s.written.file_bytes;
+  out["chunks"] = s.written.chunks;
+  out["compressed_chunks"] = s.written.compressed_chunks;
+  return out;
+}
+
+void Export(const std::string& src, const std::string& dst) {
+  py::gil_scoped_release release;
+  ExportFile(src, dst);
+}
+
+std::vector<std::string> Verify(const std::string& path, unsigned threads) {
+  py::gil_scoped_release release;
+  std::vector<std::string> problems;
+  try {
+    auto c = Container::Open(path);
+    VerifyOptions options;
+    options.threads = threads;
+    for (const auto& p : c->Verify(options).problems) problems.push_back(p.message);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kCorrupt) throw;  // cannot verify at all: raise
+    problems.push_back(e.what());
+  }
+  return problems;
+}
+
+}  // namespace
+}  // namespace zckpt
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "zckpt C++ core (use the `zckpt` package's functions)";
+  static py::exception<zckpt::Error> base(m, "ZckptError", PyExc_RuntimeError);
+  static py::exception<zckpt::Error> corrupt(m, "CorruptError", base.ptr());
+  static py::exception<zckpt::Error> unsafe(m, "UnsafeError", base.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const zckpt::Error& e) {
+      PyObject* type = e.kind() == zckpt::ErrorKind::kCorrupt  ? corrupt.ptr()
+                       : e.kind() == zckpt::ErrorKind::kUnsafe ? unsafe.ptr()
+                                                               : base.ptr();
+      PyErr_SetString(type, e.what());
+    }
+  });
+  m.def("describe", &zckpt::Describe, py::arg("path"));
+  m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
+  m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
+  m.def("map_storages", &zckpt::MapStorages, py::arg("path"));
+  m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
+        py::arg("verify") = true);
+  m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
+        py::arg("zstd_level") = 0, py::arg("threads") = 0);
+  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"));
+  m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
+}

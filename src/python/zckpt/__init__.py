@@ -1,0 +1,24 @@
+"""zckpt: zero-copy checkpoints for PyTorch.
+
+Resume code calls:
+
+    zckpt.load(path, map_location=None, weights_only=True, mmap=False)   # like torch.load
+    zckpt.load_into(path, module_or_state_dict_or_optimizer, strict=True)  # in place
+    zckpt.convert(src_pt, dst_zckpt), zckpt.export(src_zckpt, dst_pt), zckpt.verify(path)
+
+`load` replays the checkpoint's original pickle through torch's own unpickler (so
+`weights_only` keeps torch's meaning and torch rebuilds its own objects) while every storage
+comes from zckpt's streaming loader, straight onto its destination device, checksums checked.
+"""
+from ._api import (  # noqa: F401
+    CorruptError,
+    UnsafeError,
+    ZckptError,
+    convert,
+    export,
+    load,
+    load_into,
+    verify,
+)
+
+__all__ = ["load", "load_into", "convert", "export", "verify", "ZckptError", "CorruptError", "UnsafeError"]
