@@ -7,6 +7,8 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "progress.h"
+#include "pickle/torch_model.h"
+#include "pickle/unpickler.h"
 #include "zckpt/container.h"
 
 namespace zckpt::cli {
@@ -47,6 +49,30 @@ Stats ChunkStats(const Container& c) {
   return s;
 }
 
+// What the kept object pickle holds besides tensors: globals outside torch (kept as opaque
+// objects, never run) and numpy values. Read with the restricted interpreter; a pickle it
+// refuses is reported, not fatal, since ls only lists.
+struct PickleSummary {
+  bool present = false;
+  std::string error;
+  pickle::TorchPickle model;
+};
+
+PickleSummary SummarizePickle(const Container& c) {
+  PickleSummary out;
+  auto blob = c.FindBlob("data.pkl");
+  if (!blob) return out;
+  out.present = true;
+  try {
+    auto bytes = c.BlobBytes(*blob);
+    if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum) throw Error(ErrorKind::kCorrupt, "data.pkl fails its checksum");
+    out.model = pickle::InterpretTorchPickle(pickle::Unpickle(bytes));
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
 std::string FlagsString(uint32_t f) {
   std::string s;
   auto add = [&](uint32_t bit, const char* name) {
@@ -62,7 +88,7 @@ std::string FlagsString(uint32_t f) {
   return s;
 }
 
-void PrintJson(const Container& c, const Stats& st) {
+void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
   JsonWriter j;
   j.BeginObject();
   j.Key("file").String(c.path()).Key("bytes").UInt(c.file_bytes());
@@ -98,7 +124,21 @@ void PrintJson(const Container& c, const Stats& st) {
     BlobInfo b = c.blob(i);
     j.BeginObject().Key("name").String(b.name).Key("bytes").UInt(b.bytes).EndObject();
   }
-  j.EndArray().Key("metadata").BeginObject();
+  j.EndArray();
+  if (ps.present) {
+    j.Key("pickle").BeginObject();
+    if (!ps.error.empty()) j.Key("error").String(ps.error);
+    j.Key("opaque_globals").BeginArray();
+    for (const auto& g : ps.model.opaque_globals) j.BeginObject().Key("name").String(g.name).Key("count").UInt(g.count).EndObject();
+    j.EndArray().Key("numpy").BeginArray();
+    for (const auto& v : ps.model.numpy) {
+      j.BeginObject().Key("path").String(v.path).Key("dtype").String(v.dtype).Key("scalar").Bool(v.scalar).Key("shape").BeginArray();
+      for (int64_t d : v.shape) j.Int(d);
+      j.EndArray().EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.Key("metadata").BeginObject();
   for (uint32_t i = 0; i < c.metadata_count(); ++i) {
     auto [k, v] = c.metadata(i);
     j.Key(k).String(v);
@@ -107,7 +147,7 @@ void PrintJson(const Container& c, const Stats& st) {
   std::printf("%s\n", j.str().c_str());
 }
 
-void PrintText(const Container& c, const Stats& st, bool storages) {
+void PrintText(const Container& c, const Stats& st, bool storages, const PickleSummary& ps) {
   const auto& sb = c.superblock();
   std::printf("%s: zckpt %u.%u, %s, chunk %s, alignment %u B (>= %s: %u B)\n", c.path().c_str(), sb.major, sb.minor,
               FormatBytes(c.file_bytes()).c_str(), FormatBytes(sb.chunk_bytes).c_str(), sb.small_alignment,
@@ -141,6 +181,15 @@ void PrintText(const Container& c, const Stats& st, bool storages) {
                   static_cast<unsigned long long>(b.bytes));
     }
   }
+  if (!ps.error.empty()) std::printf("\nOBJECT PICKLE: not readable by zckpt's interpreter: %s\n", ps.error.c_str());
+  if (!ps.model.opaque_globals.empty() || !ps.model.numpy.empty()) {
+    std::printf("\nOTHER OBJECTS (kept in the pickle, never executed)\n");
+    for (const auto& g : ps.model.opaque_globals)
+      std::printf("  %-48s x%llu\n", g.name.c_str(), static_cast<unsigned long long>(g.count));
+    for (const auto& v : ps.model.numpy)
+      std::printf("  %-48s numpy %s %s\n", v.path.c_str(), v.scalar ? "scalar" : "array",
+                  (v.dtype + (v.scalar ? "" : " " + ShapeString(v.shape))).c_str());
+  }
   if (c.metadata_count()) {
     std::printf("\nMETADATA\n");
     for (uint32_t i = 0; i < c.metadata_count(); ++i) {
@@ -164,8 +213,9 @@ int RunLs(const Argv& argv) {
   if (args.positional().size() != 1) return UsageError("ls", "expected exactly one FILE");
   auto c = Container::Open(args.positional()[0]);
   Stats st = ChunkStats(*c);
-  if (args.Has("json")) PrintJson(*c, st);
-  else PrintText(*c, st, args.Has("storages"));
+  PickleSummary ps = SummarizePickle(*c);
+  if (args.Has("json")) PrintJson(*c, st, ps);
+  else PrintText(*c, st, args.Has("storages"), ps);
   return kExitOk;
 }
 
