@@ -1,0 +1,55 @@
+// Options and statistics of a streaming load (libzckpt), without torch: the reader pipeline,
+// the command-line tool and the Python module share them. The load itself is in loader.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+namespace zckpt {
+
+enum class ReadMethod {
+  kAuto,    // pread (measured fastest here for both the CPU and the pinned-ring path)
+  kPread,   // pread(2) from a plain descriptor: page cache, no mapping to release
+  kMmap,    // memcpy from the container's mapping, pages released behind the stream
+  kDirect,  // O_DIRECT pread into 4 KiB-aligned ring slots (bypasses the page cache); falls back
+            // to kPread where the filesystem refuses O_DIRECT (tmpfs); stats.method says which
+};
+
+const char* ReadMethodName(ReadMethod method);  // "auto", "pread", "mmap", "direct"
+
+struct LoadOptions {
+  // Size of one ring slot. 0: max(chunk_bytes, 8 MiB). Rounded up to the file's chunk_bytes
+  // (a chunk is checked and decoded whole, so it must fit a slot). Many small chunks share a slot.
+  uint64_t slot_bytes = 0;
+  unsigned slots = 4;           // ring slots (>= 1)
+  unsigned reader_threads = 2;  // threads reading + checking chunks (>= 1)
+  bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
+  ReadMethod method = ReadMethod::kAuto;
+  // CPU destinations: read large uncompressed chunks straight into the destination instead of a
+  // slot + memcpy. On by default (one copy less); off forces every byte through the ring.
+  bool cpu_read_into_destination = true;
+  // Called on the calling thread after each slot is delivered: raw bytes done, raw bytes total.
+  std::function<void(uint64_t, uint64_t)> progress;
+  // Polled between slots; when it becomes true the load stops with Error(kCancelled).
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct LoadStats {
+  uint64_t raw_bytes = 0;     // bytes delivered into destinations (decoded)
+  uint64_t stored_bytes = 0;  // bytes of chunks read from the file
+  uint64_t chunks = 0;        // chunks read
+  uint64_t direct_chunks = 0; // of which read straight into a CPU destination
+  uint64_t batches = 0;       // units of work (a slot's worth of chunks)
+  uint64_t storages = 0;
+  uint64_t tensors = 0;
+  uint64_t ring_bytes = 0;    // host memory of the ring (0 when nothing needed a slot)
+  uint64_t slot_bytes = 0;
+  unsigned slots = 0;
+  unsigned reader_threads = 0;
+  ReadMethod method = ReadMethod::kAuto;  // the method actually used
+  bool verified = false;
+  double seconds = 0;         // wall time of the whole call
+};
+
+}  // namespace zckpt

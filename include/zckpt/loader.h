@@ -1,0 +1,142 @@
+// Loading a .zckpt container into torch tensors (libzckpt, LibTorch).
+//
+// Load streams the file once, chunk by chunk: reader threads fill a small ring of host buffers
+// (pinned on the CUDA path) and check each chunk's XXH3 as it arrives; a copy engine moves each
+// filled buffer to its destination while the next ones fill. Memory during a load is the
+// destination plus the ring plus the index, whatever the file size: a tensor may be far larger
+// than the ring. On the CPU path, large uncompressed chunks are read straight into the
+// destination (no ring copy), which measured faster (see src/loader/README.md).
+//
+// Every function throws zckpt::Error:
+//   kIo            cannot open/read the file, a CUDA or torch call failed (its message)
+//   kNotContainer, kUnsupported   as Container::Open; kUnsupported also for a dtype this torch
+//                  lacks, a quantized tensor (use LoadStorages + torch's unpickler), or a CUDA
+//                  device in a build without CUDA
+//   kCorrupt       a chunk failed its checksum or its zstd frame; the message is
+//                  Container::DescribeChunk (file, storage key, tensors, byte ranges)
+//   kInvalidArgument  bad options; LoadInto mismatches
+//   kCancelled     LoadOptions::cancel became true
+// On any error the load stops cleanly: reader threads are joined, the ring is freed, device work
+// is synchronized, and no partial result is returned.
+//
+// The storage's saved location ("cuda:0" in the file) never decides anything: the caller's
+// device does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zckpt/load_options.h"
+
+namespace zckpt {
+
+// What the file says about a tensor beyond its view (parallel to TensorSet::tensors).
+struct TensorMeta {
+  std::string storage_key;
+  uint32_t flags = 0;  // format::kTensor* bits as stored
+  std::string extra;   // the record's JSON (DTensor, ShardedTensor, ...), empty when none
+  bool requires_grad() const { return flags & 1u; }
+  bool is_parameter() const { return flags & 2u; }  // torch.nn.Parameter in the original
+};
+
+// Tensors rebuilt as views of their storages: tensors sharing a storage share memory.
+struct TensorSet {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // in the file's table order
+  std::vector<TensorMeta> meta;                              // parallel to `tensors`
+  std::map<std::string, at::Tensor> storages_by_key;         // uint8, 1-D, raw_bytes long
+  // The tensor called `name`; Error(kInvalidArgument) when there is none.
+  at::Tensor get(const std::string& name) const;
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+
+  // Filled by the loader; name -> position in `tensors`.
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+struct LoadResult : TensorSet {
+  LoadStats stats;
+};
+
+// One device allocation per storage (a uint8 tensor of raw_bytes on `device`), every tensor
+// record rebuilt on it with as_strided semantics (dtype, shape, stride, storage_offset),
+// requires_grad set as saved, conj/neg bits applied as torch's _rebuild_tensor_v2 does.
+// `device` may be cpu or cuda[:N]; a cuda device without index means the current one.
+// Device memory: the storages only (zstd chunks are decoded on the host).
+LoadResult Load(const std::string& path, c10::Device device, const LoadOptions& options = {});
+
+// The storages only (no tensor views): for the Python module, which hands them to torch's own
+// unpickler. `tensors`/`meta` are empty.
+LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadOptions& options = {});
+
+struct LoadIntoOptions {
+  LoadOptions base;
+  bool strict = true;  // missing/unexpected names are an error (as load_state_dict's strict)
+};
+
+struct LoadIntoReport {
+  std::vector<std::string> missing;     // targets the file does not have
+  std::vector<std::string> unexpected;  // tensors of the file no target asked for
+  uint64_t tensors_copied = 0;
+  uint64_t tensors_direct = 0;  // chunk bytes went straight into the target
+  uint64_t tensors_staged = 0;  // went through a host buffer of that tensor's bytes + copy_
+  LoadStats stats;
+};
+
+// Copies the file's tensors into existing tensors, matched by name, in place, on whatever device
+// each target lives on (data_ptr() of every target is unchanged).
+// Before the first byte moves: every matched target's dtype and shape are checked (one
+// Error(kInvalidArgument) listing every mismatch: tensor, expected, found) and, when strict,
+// missing and unexpected names are an error ("Missing key(s): ...; Unexpected key(s): ...").
+// A saved tensor contiguous in its storage going to a contiguous target is streamed chunk by
+// chunk straight into the target (no temporary, no extra device memory); any other layout
+// (strided or offset views, conj/neg bits, non-contiguous targets) stages that tensor's bytes
+// in a host buffer and copy_()s it. On an error after copying began (corrupt chunk, CUDA error,
+// cancel) targets may be partially written.
+LoadIntoReport LoadInto(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
+                        const LoadIntoOptions& options = {});
+
+struct MapStats {
+  uint64_t mapped_bytes = 0;   // storage bytes aliasing the mapping (nothing read)
+  uint64_t decoded_bytes = 0;  // bytes of storages with zstd chunks, decoded into owned memory
+  uint64_t storages = 0;
+  uint64_t tensors = 0;
+  double seconds = 0;
+};
+
+struct MapResult : TensorSet {
+  MapStats stats;
+};
+
+// CPU tensors aliasing a copy-on-write (MAP_PRIVATE, read-write) mapping of the file, kept alive
+// by the tensors' deleters: O(number of tensors), no data read, writes never reach the file.
+// Storages with zstd chunks cannot alias the file: they are decoded (and checked) into owned
+// memory. Uncompressed bytes are not checked (that would read them): run Container::Verify or
+// `zckpt verify` for that. The index is validated as by Container::Open.
+MapResult Map(const std::string& path);
+
+// Measurement helpers shared by `zckpt load`, the tests and the benchmarks.
+struct HostMemory {
+  uint64_t rss = 0;   // VmRSS, bytes
+  uint64_t peak = 0;  // VmHWM, bytes
+};
+HostMemory ReadHostMemory();  // from /proc/self/status; zeros where unavailable
+// Resets VmHWM to the current RSS (writes 5 to /proc/self/clear_refs); false when refused.
+bool ResetHostPeak();
+
+struct DeviceMemory {
+  bool available = false;  // false without CUDA (build or device)
+  uint64_t allocated = 0;       // torch caching allocator: bytes in tensors
+  uint64_t peak_allocated = 0;  // since the last ResetDevicePeak
+  uint64_t reserved = 0;        // cached by the allocator
+  uint64_t free = 0, total = 0; // cudaMemGetInfo
+};
+DeviceMemory ReadDeviceMemory(int device);
+void ResetDevicePeak(int device);
+bool CudaAvailable();  // built with CUDA and at least one device present
+
+}  // namespace zckpt

@@ -1,0 +1,49 @@
+// Reads a batch of chunks from the container, checking each chunk as it lands: into a ring
+// slot, or straight into host destinations. Thread-safe: every reader thread shares one.
+#pragma once
+
+#include <cstdint>
+
+#include "zckpt/load_options.h"
+
+namespace zckpt {
+class Container;
+}
+
+namespace zckpt::loader {
+
+struct Batch;
+class Destinations;
+struct Plan;
+
+class ChunkReader {
+ public:
+  // `method` is resolved (not kAuto). kDirect opens the file with O_DIRECT and falls back to
+  // plain pread where the filesystem refuses it; method() says which is in use.
+  ChunkReader(const Container& c, ReadMethod method, bool verify);
+  ~ChunkReader();
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+
+  ReadMethod method() const { return method_; }
+
+  // Reads batch `b` of `plan`: into `slot` (slot batches, raw bytes at plan.slot_offset) or into
+  // the destinations of its chunks. Throws Error(kCorrupt) naming the chunk
+  // (Container::DescribeChunk) on a checksum or zstd failure, Error(kIo) on read errors.
+  void Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const;
+
+ private:
+  // Reads file bytes [offset, offset + len) into dst; returns the bytes read (less only at EOF).
+  uint64_t ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const;
+  void ReadExact(uint64_t offset, uint64_t len, uint8_t* dst) const;
+  void Check(uint64_t chunk, const uint8_t* raw) const;
+  void ReadSlotRaw(const Batch& b, const Destinations& d, uint8_t* slot) const;
+  void ReadDirect(const Batch& b, const Destinations& d) const;
+
+  const Container& c_;
+  ReadMethod method_;
+  bool verify_;
+  int fd_ = -1;
+};
+
+}  // namespace zckpt::loader

@@ -1,0 +1,189 @@
+// LoadInto: the file's tensors copied in place into existing tensors, matched by name.
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <sstream>
+
+#include "loader/plan.h"
+#include "loader/stream.h"
+#include "loader/tensors.h"
+#include "zckpt/container.h"
+#include "zckpt/format.h"
+#include "zckpt/loader.h"
+
+namespace zckpt {
+
+namespace {
+
+using Targets = std::vector<std::pair<std::string, at::Tensor>>;
+
+std::string Shape(c10::IntArrayRef s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+std::string Quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+// Contiguous in its storage as torch's is_contiguous() says it (size-1 dims' strides ignored),
+// with no conj/neg bit: then its bytes are exactly [byte_begin, byte_end) in element order.
+bool SavedContiguous(const TensorInfo& t) {
+  if (t.flags & (format::kTensorConj | format::kTensorNeg)) return false;
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+// Why `target` cannot take `t`, or "" when it can.
+std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
+  if (!target.defined()) return "target '" + name + "' is an undefined tensor";
+  if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
+  if (!target.is_cpu() && !target.is_cuda())
+    return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
+  c10::ScalarType st;
+  try {
+    st = loader::ToScalarType(t.dtype, "'" + name + "'");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (st != target.scalar_type())
+    return "dtype mismatch for '" + name + "': the file has " + std::string(DTypeName(t.dtype)) + ", the target has " +
+           std::string(c10::toString(target.scalar_type()));
+  if (c10::IntArrayRef(t.shape) != target.sizes())
+    return "size mismatch for '" + name + "': the file has shape " + Shape(t.shape) + ", the target has shape " +
+           Shape(target.sizes());
+  if (c10::isQIntType(st) || (t.flags & format::kTensorQuantized))
+    return "'" + name + "' is quantized: not supported by LoadInto";
+  return "";
+}
+
+// A tensor whose bytes go through a host staging buffer.
+struct Staged {
+  at::Tensor target;
+  TensorInfo info;
+  at::Tensor buffer;  // allocated when its first bytes arrive, freed once copied
+};
+
+}  // namespace
+
+LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const LoadIntoOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto c = Container::Open(path);
+  loader::ResolveSlotBytes(options.base, c->superblock().chunk_bytes);
+  LoadIntoReport report;
+
+  // Match by name; check every match before anything is written.
+  std::vector<std::pair<const std::pair<std::string, at::Tensor>*, TensorInfo>> matched;
+  std::vector<bool> wanted(c->tensor_count(), false);
+  std::vector<std::string> problems;
+  for (const auto& target : targets) {
+    std::optional<uint32_t> i = c->FindTensor(target.first);
+    if (!i) {
+      report.missing.push_back(target.first);
+      continue;
+    }
+    wanted[*i] = true;
+    TensorInfo info = c->tensor(*i);
+    std::string why = Mismatch(info, target.first, target.second);
+    if (!why.empty()) problems.push_back(why);
+    matched.emplace_back(&target, std::move(info));
+  }
+  for (uint32_t i = 0; i < c->tensor_count(); ++i)
+    if (!wanted[i]) report.unexpected.emplace_back(c->tensor(i).name);
+  if (options.strict && (!report.missing.empty() || !report.unexpected.empty())) {
+    std::string keys;
+    if (!report.missing.empty()) keys = "Missing key(s): " + Quoted(report.missing);
+    if (!report.unexpected.empty()) keys += (keys.empty() ? "" : "; ") + ("Unexpected key(s): " + Quoted(report.unexpected));
+    problems.push_back(keys);
+  }
+  if (!problems.empty()) {
+    std::string msg = "cannot load " + path + " into the given tensors:";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw Error(ErrorKind::kInvalidArgument, msg);
+  }
+
+  // Where each chunk's bytes go: straight into contiguous targets, else into a staging buffer.
+  const uint64_t chunk_bytes = c->superblock().chunk_bytes;
+  std::vector<std::pair<uint64_t, loader::Piece>> pieces;
+  std::vector<Staged> staged;
+  std::vector<uint64_t> staged_bytes;
+  std::vector<int> cuda_devices;
+  std::vector<at::Tensor> direct_targets;
+  for (const auto& [target, info] : matched) {
+    const at::Tensor& dst = target->second;
+    ++report.tensors_copied;
+    if (info.byte_end == info.byte_begin) continue;  // no elements
+    int dev = dst.is_cuda() ? dst.get_device() : -1;
+    if (dev >= 0 && std::find(cuda_devices.begin(), cuda_devices.end(), dev) == cuda_devices.end())
+      cuda_devices.push_back(dev);
+    bool direct = SavedContiguous(info) && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
+    auto* base = static_cast<uint8_t*>(dst.data_ptr());
+    int32_t id = -1;
+    if (direct) {
+      ++report.tensors_direct;
+      direct_targets.push_back(dst);
+    } else {
+      // Strided/offset views, conj/neg bits, non-contiguous targets: stage this tensor's bytes
+      // on the host and let copy_() lay them out (on a CUDA target through a host-to-device copy).
+      ++report.tensors_staged;
+      id = static_cast<int32_t>(staged.size());
+      staged.push_back(Staged{dst, info, at::Tensor()});
+      staged_bytes.push_back(info.byte_end - info.byte_begin);
+    }
+    StorageInfo s = c->storage(info.storage);
+    for (uint64_t k = info.byte_begin / chunk_bytes; k * chunk_bytes < info.byte_end; ++k) {
+      uint64_t chunk_begin = k * chunk_bytes;
+      uint64_t lo = std::max(chunk_begin, info.byte_begin);
+      uint64_t hi = std::min({chunk_begin + chunk_bytes, s.raw_bytes, info.byte_end});
+      loader::Piece p;
+      p.chunk_offset = lo - chunk_begin;
+      p.bytes = hi - lo;
+      p.device = dev;
+      if (direct) p.dst = base + (lo - info.byte_begin);
+      p.staged = id;
+      p.staged_offset = lo - info.byte_begin;
+      pieces.emplace_back(s.first_chunk + k, p);
+    }
+  }
+  loader::Destinations d(c->chunk_count(), std::move(pieces));
+  d.staged_bytes = std::move(staged_bytes);
+
+  loader::StagingHooks hooks;
+  hooks.buffer = [&](uint32_t id) {
+    Staged& s = staged[id];
+    if (!s.buffer.defined()) s.buffer = loader::AllocateBytes(s.info.byte_end - s.info.byte_begin, c10::Device(c10::kCPU));
+    return static_cast<uint8_t*>(s.buffer.data_ptr());
+  };
+  hooks.complete = [&](uint32_t id) {
+    Staged& s = staged[id];
+    uint32_t item = DTypeSize(s.info.dtype);
+    auto offset = static_cast<int64_t>(s.info.storage_offset - s.info.byte_begin / item);
+    loader::WithTorchErrors([&] {
+      at::Tensor src = loader::MakeView(s.buffer.storage(), s.info, offset);
+      c10::NoGradGuard no_grad;  // as load_state_dict: an in-place copy into a leaf
+      s.target.copy_(src);
+    });
+    s.buffer = at::Tensor();
+  };
+  report.stats = loader::StreamChunks(*c, d, options.base, cuda_devices, hooks);
+  // Bytes written behind autograd's back: bump the version counters as copy_ would have.
+  for (const at::Tensor& t : direct_targets)
+    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+  report.stats.storages = c->storage_count();
+  report.stats.tensors = report.tensors_copied;
+  report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace zckpt

@@ -1,0 +1,88 @@
+// Host and device memory figures for `zckpt load`, the tests and the benchmarks.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "loader/tensors.h"
+#include "zckpt/loader.h"
+
+#if ZCKPT_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace zckpt {
+
+HostMemory ReadHostMemory() {
+  HostMemory m;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    uint64_t kib = 0;
+    fields >> key >> kib;
+    if (key == "VmRSS:") m.rss = kib << 10;
+    if (key == "VmHWM:") m.peak = kib << 10;
+  }
+  return m;
+}
+
+bool ResetHostPeak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // "reset the peak resident set size" (proc(5))
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+bool CudaAvailable() {
+#if ZCKPT_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+#else
+  return false;
+#endif
+}
+
+DeviceMemory ReadDeviceMemory(int device) {
+  DeviceMemory m;
+#if ZCKPT_WITH_CUDA
+  if (!CudaAvailable()) return m;
+  // An empty allocation initializes torch's CUDA state (and its caching allocator) if nothing has.
+  (void)loader::AllocateBytes(0, c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  m.allocated = static_cast<uint64_t>(stats.allocated_bytes[0].current);  // [0]: all pools
+  m.peak_allocated = static_cast<uint64_t>(stats.allocated_bytes[0].peak);
+  m.reserved = static_cast<uint64_t>(stats.reserved_bytes[0].current);
+  int previous = 0;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device);
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    m.free = free;
+    m.total = total;
+  }
+  (void)cudaGetLastError();
+  (void)cudaSetDevice(previous);
+  m.available = true;
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+void ResetDevicePeak(int device) {
+#if ZCKPT_WITH_CUDA
+  if (!CudaAvailable()) return;
+  (void)loader::AllocateBytes(0, c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace zckpt

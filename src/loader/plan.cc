@@ -1,0 +1,107 @@
+#include "loader/plan.h"
+
+#include <algorithm>
+
+#include "zckpt/container.h"
+#include "zckpt/format.h"
+
+namespace zckpt::loader {
+
+namespace {
+
+uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
+uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+bool IsZstd(const format::ChunkRecord& r) { return r.codec == static_cast<uint8_t>(format::Codec::kZstd); }
+
+// A chunk goes straight to its destination when one host piece takes all of it and it is large
+// enough that its own read costs nothing extra.
+bool GoesDirect(const format::ChunkRecord& r, std::span<const Piece> pieces, const PlanOptions& o) {
+  if (!o.read_into_destination || pieces.size() != 1) return false;
+  const Piece& p = pieces[0];
+  return p.device < 0 && p.staged < 0 && p.chunk_offset == 0 && p.bytes == r.raw_bytes &&
+         r.raw_bytes >= kMinDirectChunk;
+}
+
+enum class Kind { kDirect, kSlotRaw, kSlotZstd };
+
+}  // namespace
+
+Destinations::Destinations(uint64_t chunk_count, std::vector<std::pair<uint64_t, Piece>> pieces)
+    : begin_(chunk_count + 1, 0) {
+  std::stable_sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  pieces_.reserve(pieces.size());
+  for (const auto& [chunk, piece] : pieces) Add(chunk, piece);
+  Finish();
+}
+
+void Destinations::Add(uint64_t chunk, const Piece& piece) {
+  while (next_ <= chunk) begin_[next_++] = pieces_.size();
+  pieces_.push_back(piece);
+}
+
+void Destinations::Finish() {
+  while (next_ < begin_.size()) begin_[next_++] = pieces_.size();
+}
+
+Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
+  Plan plan;
+  plan.slot_offset.assign(c.chunk_count(), 0);
+  Batch cur;
+  bool open = false;
+  Kind kind = Kind::kDirect;
+  uint64_t prev_end = 0;  // file end of the last needed chunk in `cur`
+  auto close = [&] {
+    if (!open) return;
+    if (cur.in_slot) ++plan.slot_batches;
+    plan.batches.push_back(cur);
+    open = false;
+  };
+  for (uint64_t i = 0; i < c.chunk_count(); ++i) {
+    if (!d.needed(i)) continue;
+    format::ChunkRecord r = c.chunk(i);
+    Kind k = GoesDirect(r, d.of(i), o) ? Kind::kDirect : IsZstd(r) ? Kind::kSlotZstd : Kind::kSlotRaw;
+    uint64_t end = r.offset + r.stored_bytes;
+    bool fits = false;
+    if (open && k == kind) {
+      switch (k) {
+        case Kind::kDirect:
+          fits = cur.raw_bytes + r.raw_bytes <= o.batch_bytes;
+          break;
+        case Kind::kSlotZstd:
+          fits = cur.raw_bytes + r.raw_bytes <= o.slot_capacity;
+          break;
+        case Kind::kSlotRaw: {
+          uint64_t span_end = o.align_spans ? AlignUp(end, kDirectIoAlign) : end;
+          fits = r.offset - prev_end <= kMaxSpanGap && span_end - cur.file_begin <= o.slot_capacity;
+          break;
+        }
+      }
+    }
+    if (!fits) {
+      close();
+      cur = Batch{};
+      cur.first = i;
+      cur.in_slot = k != Kind::kDirect;
+      cur.zstd = k == Kind::kSlotZstd;
+      cur.file_begin = o.align_spans ? AlignDown(r.offset, kDirectIoAlign) : r.offset;
+      kind = k;
+      open = true;
+    }
+    if (k == Kind::kSlotRaw) plan.slot_offset[i] = r.offset - cur.file_begin;
+    if (k == Kind::kSlotZstd) plan.slot_offset[i] = cur.raw_bytes;
+    if (k == Kind::kDirect) ++plan.direct_chunks;
+    cur.last = i + 1;
+    cur.file_end = o.align_spans && k == Kind::kSlotRaw ? AlignUp(end, kDirectIoAlign) : end;
+    cur.raw_bytes += r.raw_bytes;
+    cur.stored_bytes += r.stored_bytes;
+    plan.raw_bytes += r.raw_bytes;
+    plan.stored_bytes += r.stored_bytes;
+    ++plan.chunks;
+    prev_end = end;
+  }
+  close();
+  return plan;
+}
+
+}  // namespace zckpt::loader

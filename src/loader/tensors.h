@@ -1,0 +1,52 @@
+// Torch-side helpers of the loader: zckpt dtypes as c10::ScalarType, byte storages on a
+// device, and tensor records rebuilt as views the way torch's _rebuild_tensor_v2 does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zckpt/container.h"
+#include "zckpt/error.h"
+#include "zckpt/loader.h"
+
+namespace zckpt::loader {
+
+// The ScalarType of `d` in the torch this was built against; Error(kUnsupported) naming `what`
+// when that torch lacks it (float8_e8m0fnu before 2.7, ...).
+c10::ScalarType ToScalarType(DType d, const std::string& what);
+
+// Error(kUnsupported) unless tensor record `t` can become a plain view (not quantized, dtype
+// known to this torch). Called for every record before a byte is read.
+void CheckViewable(const Container& c, const TensorInfo& t);
+
+// A 1-D uint8 tensor of `bytes` on `device` (one allocation).
+at::Tensor AllocateBytes(uint64_t bytes, c10::Device device);
+// A 1-D uint8 tensor over all of `storage`.
+at::Tensor BytesOf(const c10::Storage& storage);
+
+// `t` viewed over `storage` with its dtype, shape and stride, at element `storage_offset`
+// (t.storage_offset, or shifted when `storage` holds only the tensor's bytes); conj/neg bits and
+// requires_grad applied as torch's _rebuild_tensor_v2 does.
+at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t storage_offset);
+
+// Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
+// `views`, out->tensors/meta/index_ with a view per tensor record.
+void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out);
+
+// Runs `f`, turning torch's c10::Error (allocation, CUDA init, copy_) into Error(kIo).
+template <typename F>
+auto WithTorchErrors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::kIo, std::string("torch: ") + e.what_without_backtrace());
+  }
+}
+
+}  // namespace zckpt::loader

@@ -1,0 +1,348 @@
+// Load / LoadStorages on the CPU path: round trips against the bytes written, views and
+// aliasing, compressed chunks, the ring (tiny slots, wrap-around, packing, many readers), every
+// read method, progress, options.
+#include <ATen/ops/equal.h>
+#include <ATen/ops/from_blob.h>
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "loader_test_util.h"
+#include "test_util.h"
+#include "zckpt/container.h"
+#include "zckpt/error.h"
+#include "zckpt/format.h"
+#include "zckpt/loader.h"
+
+namespace zckpt {
+namespace {
+
+using testing::Fixture;
+using testing::RandomBytes;
+using testing::SmallChunks;
+
+const c10::Device kCpu(c10::kCPU);
+
+// Every tensor of `r` views its storage as the fixture says, and every storage holds exactly the
+// bytes written.
+void ExpectMatches(const Fixture& f, const TensorSet& r) {
+  ASSERT_EQ(r.storages_by_key.size(), f.storages().size());
+  for (const auto& s : f.storages()) {
+    const at::Tensor& b = r.storages_by_key.at(s.key);
+    EXPECT_EQ(b.scalar_type(), at::kByte);
+    EXPECT_EQ(b.dim(), 1);
+    EXPECT_TRUE(testing::BytesOf(b) == f.bytes(s.key)) << "storage " << s.key;
+  }
+  ASSERT_EQ(r.tensors.size(), f.tensors().size());
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    const NewTensor& want = f.tensors()[i];
+    const auto& [name, t] = r.tensors[i];
+    EXPECT_EQ(name, want.name);
+    EXPECT_EQ(t.element_size(), DTypeSize(want.dtype)) << name;
+    EXPECT_EQ(t.sizes(), c10::IntArrayRef(want.shape)) << name;
+    EXPECT_EQ(t.strides(), c10::IntArrayRef(want.stride)) << name;
+    EXPECT_EQ(t.storage_offset(), static_cast<int64_t>(want.storage_offset)) << name;
+    const at::Tensor& storage = r.storages_by_key.at(f.key_of(want));
+    // Same memory as the storage (aliasing), at the right place.
+    EXPECT_EQ(t.storage().data_ptr().get(), storage.storage().data_ptr().get()) << name;
+    EXPECT_EQ(r.get(name).unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+    EXPECT_EQ(r.meta[i].storage_key, f.key_of(want));
+  }
+}
+
+TEST(Load, EveryDtypeRoundTrips) {
+  testing::TempDir dir;
+  Fixture f;
+  for (uint16_t code = 1; code <= kMaxDTypeCode; ++code) {
+    auto d = static_cast<DType>(code);
+    if (d >= DType::kQInt8 && d <= DType::kQUInt2x4) continue;  // quantized: see QuantizedIsRefused
+    f.AddContiguous(std::string(DTypeName(d)), d, {3, 5}, code);
+  }
+  f.AddContiguous("scalar", DType::kFloat32, {}, 99);
+  f.AddContiguous("empty", DType::kBFloat16, {0, 7}, 100);
+  std::string path = f.WriteIn(dir, "all.zckpt");
+  LoadResult r = Load(path, kCpu);
+  ExpectMatches(f, r);
+  EXPECT_EQ(r.get("bfloat16").scalar_type(), at::kBFloat16);
+  EXPECT_EQ(r.get("float8_e4m3fn").scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_EQ(r.get("float8_e5m2").scalar_type(), at::kFloat8_e5m2);
+  EXPECT_EQ(r.get("complex64").scalar_type(), at::kComplexFloat);
+  EXPECT_EQ(r.get("complex32").scalar_type(), at::kComplexHalf);
+  EXPECT_EQ(r.get("bool").scalar_type(), at::kBool);
+  EXPECT_EQ(r.get("uint16").scalar_type(), at::kUInt16);
+  EXPECT_EQ(r.get("scalar").dim(), 0);
+  EXPECT_EQ(r.get("empty").numel(), 0);
+  // Values, not just bytes, for one dtype torch computes on.
+  std::vector<uint8_t> raw = f.bytes("sfloat32");
+  at::Tensor want = at::from_blob(raw.data(), {3, 5}, at::kFloat);
+  EXPECT_TRUE(at::equal(r.get("float32"), want));
+  EXPECT_EQ(r.stats.tensors, f.tensors().size());
+  EXPECT_TRUE(r.stats.verified);
+  EXPECT_THROW(r.get("nope"), Error);
+}
+
+TEST(Load, ViewsShareTheirStorage) {
+  testing::TempDir dir;
+  Fixture f;
+  std::vector<uint8_t> raw = RandomBytes(100 * 4, 7);
+  uint32_t s = f.AddStorage("flat", raw, DType::kFloat32);
+  f.AddTensor("full", s, DType::kFloat32, {10, 10}, {10, 1});
+  f.AddTensor("transposed", s, DType::kFloat32, {10, 10}, {1, 10});
+  f.AddTensor("strided", s, DType::kFloat32, {5}, {3}, 17);
+  f.AddTensor("zero_dim", s, DType::kFloat32, {}, {}, 42);
+  f.AddTensor("empty", s, DType::kFloat32, {0, 4}, {4, 1}, 3);
+  f.AddTensor("as_int", s, DType::kInt32, {4}, {1}, 96);  // another dtype over the same bytes
+  f.AddTensor("flag", s, DType::kFloat32, {2}, {1}, 0, format::kTensorRequiresGrad | format::kTensorParameter);
+  std::string path = f.WriteIn(dir, "views.zckpt");
+  LoadResult r = Load(path, kCpu);
+  ExpectMatches(f, r);
+
+  at::Tensor base = at::from_blob(raw.data(), {100}, at::kFloat);
+  EXPECT_TRUE(at::equal(r.get("full"), base.as_strided({10, 10}, {10, 1})));
+  EXPECT_TRUE(at::equal(r.get("transposed"), base.as_strided({10, 10}, {1, 10})));
+  EXPECT_TRUE(at::equal(r.get("strided"), base.as_strided({5}, {3}, 17)));
+  EXPECT_TRUE(at::equal(r.get("zero_dim"), base.as_strided({}, {}, 42)));
+  EXPECT_TRUE(r.get("flag").requires_grad());
+  EXPECT_TRUE(r.meta[6].is_parameter());
+  EXPECT_FALSE(r.get("full").requires_grad());
+
+  // One allocation: a write through one view shows through the others.
+  r.get("full").data_ptr<float>()[17] = 1234.5f;
+  EXPECT_EQ(r.get("strided")[0].item<float>(), 1234.5f);
+  EXPECT_EQ(r.get("transposed")[7][1].item<float>(), 1234.5f);
+  EXPECT_EQ(r.get("full").data_ptr(), r.storages_by_key.at("flat").data_ptr());
+}
+
+TEST(Load, ConjAndNegBitsAsTorchSetsThem) {
+  testing::TempDir dir;
+  Fixture f;
+  std::vector<uint8_t> raw = RandomBytes(8 * 4, 3);
+  uint32_t s = f.AddStorage("c", raw, DType::kComplex64);
+  f.AddTensor("plain", s, DType::kComplex64, {4}, {1});
+  f.AddTensor("conj", s, DType::kComplex64, {4}, {1}, 0, format::kTensorConj);
+  f.AddTensor("neg", s, DType::kComplex64, {4}, {1}, 0, format::kTensorNeg);
+  std::string path = f.WriteIn(dir, "conj.zckpt");
+  LoadResult r = Load(path, kCpu);
+  EXPECT_TRUE(r.get("conj").is_conj());
+  EXPECT_TRUE(r.get("neg").is_neg());
+  EXPECT_TRUE(at::equal(r.get("conj").resolve_conj(), r.get("plain").conj_physical()));
+  EXPECT_TRUE(at::equal(r.get("neg").resolve_neg(), r.get("plain").neg()));
+}
+
+TEST(Load, QuantizedIsRefusedBeforeReading) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddContiguous("q", DType::kQInt8, {4}, 1);
+  std::string path = f.WriteIn(dir, "q.zckpt");
+  try {
+    Load(path, kCpu);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("'q'"), std::string::npos) << e.what();
+  }
+  // The storages alone load (the Python module rebuilds quantized tensors with torch).
+  LoadResult r = LoadStorages(path, kCpu);
+  EXPECT_TRUE(r.tensors.empty());
+  EXPECT_TRUE(testing::BytesOf(r.storages_by_key.at("sq")) == f.bytes("sq"));
+}
+
+TEST(Load, ZstdChunks) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddStorage("packed", testing::CompressibleBytes(50000, 1));
+  f.AddStorage("noise", RandomBytes(30000, 2));  // stays raw: compression does not pay
+  f.AddStorage("mixed", [] {
+    auto b = testing::CompressibleBytes(40000, 3);
+    auto n = RandomBytes(8192, 4);
+    std::copy(n.begin(), n.end(), b.begin() + 4096);  // one chunk raw, the rest compressed
+    return b;
+  }());
+  f.AddTensor("packed", 0, DType::kUInt8, {50000}, {1});
+  f.AddTensor("noise", 1, DType::kUInt8, {30000}, {1});
+  f.AddTensor("mixed", 2, DType::kInt32, {10000}, {1});
+  std::string path = f.WriteIn(dir, "zstd.zckpt", SmallChunks(4096, 3));
+  auto c = Container::Open(path);
+  int compressed = 0;
+  for (uint64_t i = 0; i < c->chunk_count(); ++i) compressed += c->chunk(i).codec == 1;
+  ASSERT_GT(compressed, 10);
+  for (bool direct : {true, false}) {
+    LoadOptions o;
+    o.cpu_read_into_destination = direct;
+    o.slot_bytes = 16384;
+    LoadResult r = Load(path, kCpu, o);
+    ExpectMatches(f, r);
+    EXPECT_LT(r.stats.stored_bytes, r.stats.raw_bytes);
+  }
+}
+
+// A fixture bigger than the ring many times over: several storages, one far larger than the
+// whole ring, plus small ones in between.
+Fixture BigAndSmall(uint64_t seed) {
+  Fixture f;
+  f.AddContiguous("big", DType::kFloat32, {256, 1024}, seed);  // 1 MiB
+  for (int i = 0; i < 20; ++i) f.AddContiguous("small" + std::to_string(i), DType::kInt16, {i * 37 + 1}, seed + i);
+  f.AddContiguous("mid", DType::kBFloat16, {70001}, seed + 99);
+  return f;
+}
+
+class LoadMethods : public ::testing::TestWithParam<std::tuple<ReadMethod, bool>> {};
+
+TEST_P(LoadMethods, TensorLargerThanTheRingWrapsAround) {
+  auto [method, direct] = GetParam();
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(11);
+  std::string path = f.WriteIn(dir, "big.zckpt");
+  LoadOptions o;
+  o.method = method;
+  o.cpu_read_into_destination = direct;
+  o.slot_bytes = 64 << 10;  // 3 slots of 64 KiB: the 1 MiB tensor alone laps the ring 5 times
+  o.slots = 3;
+  o.reader_threads = 3;
+  uint64_t last_done = 0, total = 0;
+  int calls = 0;
+  o.progress = [&](uint64_t done, uint64_t t) {
+    EXPECT_GE(done, last_done);
+    last_done = done;
+    total = t;
+    ++calls;
+  };
+  LoadResult r = Load(path, kCpu, o);
+  ExpectMatches(f, r);
+  EXPECT_EQ(last_done, total);
+  EXPECT_EQ(total, r.stats.raw_bytes);
+  EXPECT_EQ(static_cast<uint64_t>(calls), r.stats.batches);
+  EXPECT_LE(r.stats.ring_bytes, 3u * ((64u << 10) + 8192u));
+  EXPECT_GT(r.stats.batches, 10u);
+  if (method == ReadMethod::kDirect) {
+    EXPECT_TRUE(r.stats.method == ReadMethod::kDirect || r.stats.method == ReadMethod::kPread);
+  } else {
+    EXPECT_EQ(r.stats.method, method == ReadMethod::kAuto ? ReadMethod::kPread : method);
+  }
+  if (!direct || r.stats.method == ReadMethod::kDirect) {
+    EXPECT_EQ(r.stats.direct_chunks, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMethods, LoadMethods,
+                         ::testing::Combine(::testing::Values(ReadMethod::kAuto, ReadMethod::kPread, ReadMethod::kMmap,
+                                                              ReadMethod::kDirect),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(ReadMethodName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_into_destination" : "_through_ring");
+                         });
+
+TEST(Load, ThousandsOfTinyStoragesArePackedIntoSlots) {
+  testing::TempDir dir;
+  Fixture f;
+  for (int i = 0; i < 3000; ++i) f.AddContiguous(std::string("t").append(std::to_string(i)), DType::kUInt8, {1 + i % 200}, i);
+  std::string path = f.WriteIn(dir, "tiny.zckpt");
+  LoadOptions o;
+  o.slot_bytes = 64 << 10;
+  LoadResult r = Load(path, kCpu, o);
+  ExpectMatches(f, r);
+  EXPECT_EQ(r.stats.chunks, 3000u);
+  EXPECT_LT(r.stats.batches, 30u);  // ~300 KiB of data + padding in 64 KiB slots
+}
+
+TEST(Load, ManyReadersGiveTheSameResultAsOne) {
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(5);
+  std::string path = f.WriteIn(dir, "readers.zckpt", SmallChunks(8192, 1));
+  for (bool direct : {true, false}) {
+    LoadOptions one;
+    one.reader_threads = 1;
+    one.slots = 1;
+    one.slot_bytes = 16384;
+    one.cpu_read_into_destination = direct;
+    LoadOptions many = one;
+    many.reader_threads = 8;
+    many.slots = 5;
+    LoadResult a = Load(path, kCpu, one);
+    LoadResult b = Load(path, kCpu, many);
+    ExpectMatches(f, a);
+    ExpectMatches(f, b);
+    EXPECT_EQ(a.stats.reader_threads, 1u);
+    EXPECT_EQ(b.stats.reader_threads, 8u);
+  }
+}
+
+TEST(Load, LoadStoragesSkipsViews) {
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(3);
+  std::string path = f.WriteIn(dir, "storages.zckpt");
+  LoadResult r = LoadStorages(path, kCpu);
+  EXPECT_TRUE(r.tensors.empty());
+  EXPECT_EQ(r.storages_by_key.size(), f.storages().size());
+  for (const auto& s : f.storages()) EXPECT_TRUE(testing::BytesOf(r.storages_by_key.at(s.key)) == f.bytes(s.key));
+}
+
+TEST(Load, NoVerifyStillLoads) {
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(4);
+  std::string path = f.WriteIn(dir, "nv.zckpt");
+  LoadOptions o;
+  o.verify = false;
+  LoadResult r = Load(path, kCpu, o);
+  ExpectMatches(f, r);
+  EXPECT_FALSE(r.stats.verified);
+}
+
+TEST(Load, EmptyContainer) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddStorage("nothing", {});
+  f.AddTensor("none", 0, DType::kFloat32, {0}, {1});
+  std::string path = f.WriteIn(dir, "empty.zckpt");
+  LoadResult r = Load(path, kCpu);
+  EXPECT_EQ(r.get("none").numel(), 0);
+  EXPECT_EQ(r.stats.batches, 0u);
+  EXPECT_EQ(r.stats.ring_bytes, 0u);
+}
+
+TEST(Load, BadOptionsAndFiles) {
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(1);
+  std::string path = f.WriteIn(dir, "o.zckpt");
+  LoadOptions o;
+  o.slots = 0;
+  try {
+    Load(path, kCpu, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+  o = LoadOptions{};
+  o.reader_threads = 0;
+  EXPECT_THROW(Load(path, kCpu, o), Error);
+  try {
+    Load(dir.File("missing.zckpt"), kCpu);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  }
+  try {
+    Load(path, c10::Device(c10::kMeta));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+TEST(Load, SlotBytesRoundUpToTheChunk) {
+  testing::TempDir dir;
+  Fixture f = BigAndSmall(2);
+  std::string path = f.WriteIn(dir, "r.zckpt", SmallChunks(16384));
+  LoadOptions o;
+  o.slot_bytes = 1000;  // less than a chunk: a slot must hold a whole chunk
+  o.cpu_read_into_destination = false;
+  LoadResult r = Load(path, kCpu, o);
+  ExpectMatches(f, r);
+  EXPECT_EQ(r.stats.slot_bytes, 16384u);
+  o.slot_bytes = 0;
+  EXPECT_EQ(Load(path, kCpu, o).stats.slot_bytes, 8u << 20);
+}
+
+}  // namespace
+}  // namespace zckpt

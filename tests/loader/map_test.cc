@@ -1,0 +1,138 @@
+// Map: tensors alias a copy-on-write mapping of the file (pointers inside the mapping, at the
+// chunk offsets), nothing is read, writes stay private, zstd storages are decoded.
+#include <ATen/ops/equal.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "loader_test_util.h"
+#include "test_util.h"
+#include "zckpt/container.h"
+#include "zckpt/loader.h"
+
+namespace zckpt {
+namespace {
+
+using testing::Fixture;
+using testing::SmallChunks;
+
+// [begin, end) of the mappings of `path` in this process (/proc/self/maps).
+std::vector<std::pair<uintptr_t, uintptr_t>> MappingsOf(const std::string& path) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() < path.size() || line.compare(line.size() - path.size(), path.size(), path) != 0) continue;
+    std::istringstream in(line);
+    std::string range;
+    in >> range;
+    size_t dash = range.find('-');
+    out.emplace_back(std::stoull(range.substr(0, dash), nullptr, 16), std::stoull(range.substr(dash + 1), nullptr, 16));
+  }
+  return out;
+}
+
+bool Inside(const void* p, const std::vector<std::pair<uintptr_t, uintptr_t>>& ranges) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  for (const auto& [b, e] : ranges)
+    if (a >= b && a < e) return true;
+  return false;
+}
+
+TEST(Map, TensorsAliasTheMapping) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddContiguous("w", DType::kFloat32, {300, 100}, 1);
+  f.AddContiguous("b", DType::kBFloat16, {77}, 2);
+  uint32_t s = f.AddStorage("flat", testing::RandomBytes(4000, 3), DType::kFloat32);
+  f.AddTensor("v", s, DType::kFloat32, {10, 10}, {1, 10}, 5);
+  f.AddTensor("v2", s, DType::kFloat32, {20}, {1}, 100);
+  std::string path = f.WriteIn(dir, "map.zckpt");
+
+  MapResult m = Map(path);
+  auto ranges = MappingsOf(path);
+  ASSERT_FALSE(ranges.empty());
+  auto c = Container::Open(path);
+  const auto* w0 = static_cast<const uint8_t*>(m.storages_by_key.at("sw").data_ptr());
+  for (uint32_t i = 0; i < c->storage_count(); ++i) {
+    StorageInfo info = c->storage(i);
+    const auto* p = static_cast<const uint8_t*>(m.storages_by_key.at(std::string(info.key)).data_ptr());
+    EXPECT_TRUE(Inside(p, ranges)) << info.key;
+    // At the storage's own place in the file: the mapping, not a copy.
+    EXPECT_EQ(p - w0, static_cast<ptrdiff_t>(info.data_offset) - static_cast<ptrdiff_t>(c->storage(0).data_offset));
+    EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at(std::string(info.key))) == f.bytes(std::string(info.key)));
+  }
+  EXPECT_EQ(m.get("v").storage().data_ptr().get(), m.get("v2").storage().data_ptr().get());
+  EXPECT_EQ(m.get("v").strides(), c10::IntArrayRef({1, 10}));
+  EXPECT_EQ(m.get("v").storage_offset(), 5);
+  LoadResult l = Load(path, c10::Device(c10::kCPU));
+  for (const auto& [name, t] : m.tensors) EXPECT_TRUE(testing::SameBytes(t, l.get(name))) << name;
+  EXPECT_EQ(m.stats.decoded_bytes, 0u);
+  EXPECT_EQ(m.stats.mapped_bytes, 300u * 100 * 4 + 77 * 2 + 4000);
+}
+
+TEST(Map, WritesStayPrivateAndTensorsOutliveTheResult) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddContiguous("w", DType::kInt32, {1000}, 1);
+  std::string path = f.WriteIn(dir, "cow.zckpt");
+  std::vector<uint8_t> before = testing::ReadFileBytes(path);
+  at::Tensor w;
+  {
+    MapResult m = Map(path);
+    w = m.get("w");
+  }
+  int32_t first = w[0].item<int32_t>();
+  w.data_ptr<int32_t>()[0] = first + 1;  // copy-on-write page
+  EXPECT_EQ(w[0].item<int32_t>(), first + 1);
+  EXPECT_TRUE(testing::ReadFileBytes(path) == before);
+  w = at::Tensor();
+  EXPECT_TRUE(MappingsOf(path).empty()) << "mapping not released with the last tensor";
+}
+
+TEST(Map, CompressedStoragesAreDecoded) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddStorage("z", testing::CompressibleBytes(100000, 1), DType::kFloat32);
+  f.AddTensor("z", 0, DType::kFloat32, {25000}, {1});
+  f.AddContiguous("r", DType::kFloat32, {1000}, 2);  // random: stays raw, mapped
+  std::string path = f.WriteIn(dir, "z.zckpt", SmallChunks(4096, 3));
+  MapResult m = Map(path);
+  EXPECT_EQ(m.stats.decoded_bytes, 100000u);
+  EXPECT_EQ(m.stats.mapped_bytes, 4000u);
+  EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("z")) == f.bytes("z"));
+  EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("sr")) == f.bytes("sr"));
+}
+
+TEST(Map, ReadsNoDataOfALargeFile) {
+  testing::TempDir dir;
+  std::string path = dir.File("large.zckpt");
+  const int64_t rows = 16, cols = 4 << 20;  // 16 tensors of 16 MiB: 256 MiB
+  {
+    ContainerWriter w(path);
+    std::vector<uint8_t> block = testing::RandomBytes(size_t{1} << 20, 9);
+    for (int i = 0; i < rows; ++i) {
+      NewStorage s;
+      s.key = std::to_string(i);
+      s.dtype = DType::kFloat32;
+      w.BeginStorage(s, static_cast<uint64_t>(cols) * 4);
+      for (int k = 0; k < 16; ++k) w.AppendStorage(block);
+      w.EndStorage();
+      w.AddTensor(NewTensor{"t" + std::to_string(i), static_cast<uint32_t>(i), DType::kFloat32, {cols}, {1}, 0, 0, ""});
+    }
+    w.Commit();
+  }
+  HostMemory before = ReadHostMemory();
+  MapResult m = Map(path);
+  HostMemory after = ReadHostMemory();
+  EXPECT_EQ(m.stats.mapped_bytes, 256u << 20);
+  EXPECT_LT(after.rss, before.rss + (16u << 20)) << "Map read data: RSS grew from " << before.rss << " to " << after.rss;
+  // Touching one element brings in one page, not the tensor.
+  float x = m.get("t7")[123456].item<float>();
+  (void)x;
+  EXPECT_LT(ReadHostMemory().rss, before.rss + (16u << 20));
+}
+
+}  // namespace
+}  // namespace zckpt
