@@ -1,0 +1,51 @@
+// Codec 1 (zstd) of spec §5.2 for one chunk: compress with a raw fallback, decode into a
+// caller's buffer, and a streaming check for the verifier.
+//
+// Every decode insists on what the spec makes a chunk: exactly one zstd frame spanning all of
+// stored_bytes, whose header declares raw_bytes as its content size and which decodes to
+// exactly that many bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zckpt::format::internal {
+
+// Compresses [src, src+n) at `level` into *out. Returns false (and leaves *out unspecified) when
+// the frame would not be strictly smaller than n: the caller stores the chunk raw. Uses a
+// per-thread compression context.
+bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>* out);
+
+// Decodes a stored zstd chunk into dst (raw_bytes). Returns "" on success, else why the frame
+// is bad. Uses a per-thread decompression context.
+std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes);
+
+// Decodes a zstd chunk fed in pieces through a small window, hashing the output, so checking a
+// chunk needs memory independent of its size.
+// "<what> checksum mismatch (index says 0123..., bytes hash to 4567...)".
+std::string ChecksumMismatch(const char* what, uint64_t expected, uint64_t got);
+
+class ZstdChunkChecker {
+ public:
+  ZstdChunkChecker();
+  ~ZstdChunkChecker();
+  ZstdChunkChecker(const ZstdChunkChecker&) = delete;
+  ZstdChunkChecker& operator=(const ZstdChunkChecker&) = delete;
+
+  // Starts a chunk; `stored` is the whole stored range (its header is read here).
+  void Begin(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes);
+  // Feeds the next piece of the stored range, in order.
+  void Feed(const uint8_t* piece, size_t n);
+  // "" when the frame ended exactly at the last stored byte and decoded to raw_bytes bytes
+  // whose XXH3 is raw_checksum, else why not.
+  std::string Finish(uint64_t raw_checksum);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace zckpt::format::internal

@@ -1,0 +1,201 @@
+// The reader's entry points and its accessors. Everything here runs after Validate() has
+// checked the whole index (spec §7 steps 1-4), so accessors decode records in place without
+// checks of their own.
+#include "zckpt/container.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/mapped_file.h"
+#include "format/bytes.h"
+#include "format/chunk_codec.h"
+#include "format/layout.h"
+
+namespace zckpt {
+
+using format::internal::Load64;
+
+std::unique_ptr<Container> Container::Open(const std::string& path) {
+  std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(path)));
+  c->Validate();
+  return c;
+}
+
+std::unique_ptr<Container> Container::OpenMemory(const void* data, size_t size, std::string name) {
+  std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(data, size, std::move(name))));
+  c->Validate();
+  return c;
+}
+
+Container::Container(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
+Container::~Container() = default;
+
+const std::string& Container::path() const { return file_->path(); }
+uint64_t Container::file_bytes() const { return file_->size(); }
+const uint8_t* Container::data() const { return file_->data(); }
+
+void Container::Fail(ErrorKind kind, const std::string& what) const { throw Error(kind, path() + ": " + what); }
+
+const uint8_t* Container::Record(const Table& t, uint64_t i) const {
+  return data() + t.offset + i * t.record_bytes;
+}
+
+std::string_view Container::String(format::StringRef ref) const {
+  if (ref.length == 0) return {};
+  return {reinterpret_cast<const char*>(data() + strings_.offset + ref.offset), ref.length};
+}
+
+int64_t Container::Dim(uint64_t i) const { return static_cast<int64_t>(Load64(Record(dims_, i))); }
+
+StorageInfo Container::storage(uint32_t i) const {
+  format::StorageRecord r = format::DecodeStorageRecord(Record(storages_, i));
+  StorageInfo s;
+  s.index = i;
+  s.key = String(r.key);
+  s.location = String(r.location);
+  s.dtype = static_cast<DType>(r.dtype);
+  s.flags = r.flags;
+  s.raw_bytes = r.raw_bytes;
+  s.first_chunk = r.first_chunk;
+  s.chunk_count = r.chunk_count;
+  s.alignment = format::internal::StorageAlignment(superblock_, r.raw_bytes);
+  // All-raw chunks of a storage lie back to back (a rule the reader checked), so one view does.
+  s.contiguous = true;
+  for (uint64_t k = 0; k < r.chunk_count && s.contiguous; ++k)
+    s.contiguous = chunk(r.first_chunk + k).codec == static_cast<uint8_t>(format::Codec::kNone);
+  s.data_offset = r.chunk_count ? chunk(r.first_chunk).offset : 0;
+  return s;
+}
+
+format::ChunkRecord Container::chunk(uint64_t i) const { return format::DecodeChunkRecord(Record(chunks_, i)); }
+
+TensorInfo Container::tensor(uint32_t i) const {
+  format::TensorRecord r = format::DecodeTensorRecord(Record(tensors_, i));
+  TensorInfo t;
+  t.index = i;
+  t.name = String(r.name);
+  t.storage = r.storage;
+  t.dtype = static_cast<DType>(r.dtype);
+  t.shape.resize(r.ndim);
+  t.stride.resize(r.ndim);
+  for (uint32_t d = 0; d < r.ndim; ++d) {
+    t.shape[d] = Dim(r.dims + d);
+    t.stride[d] = Dim(r.dims + r.ndim + d);
+  }
+  t.storage_offset = r.storage_offset;
+  t.flags = r.flags;
+  t.extra = String(r.extra);
+  auto extent = format::internal::ComputeTensorExtent(r.storage_offset, t.shape.data(), t.stride.data(), r.ndim,
+                                                      DTypeSize(t.dtype));
+  t.byte_begin = extent.begin;
+  t.byte_end = extent.end;
+  return t;
+}
+
+BlobInfo Container::blob(uint32_t i) const {
+  format::BlobRecord r = format::DecodeBlobRecord(Record(blobs_, i));
+  return {String(r.name), r.offset, r.bytes, r.checksum};
+}
+
+std::pair<std::string_view, std::string_view> Container::metadata(uint32_t i) const {
+  format::MetadataRecord r = format::DecodeMetadataRecord(Record(metadata_, i));
+  return {String(r.key), String(r.value)};
+}
+
+namespace {
+
+// Binary search of an index vector sorted by the name `name_of` gives each record.
+template <typename NameOf>
+std::optional<uint32_t> FindSorted(const std::vector<uint32_t>& order, std::string_view name, NameOf name_of) {
+  auto it = std::lower_bound(order.begin(), order.end(), name,
+                             [&](uint32_t i, std::string_view n) { return name_of(i) < n; });
+  if (it == order.end() || name_of(*it) != name) return std::nullopt;
+  return *it;
+}
+
+}  // namespace
+
+std::optional<uint32_t> Container::FindTensor(std::string_view name) const {
+  return FindSorted(tensor_order_, name, [&](uint32_t i) { return String(format::DecodeTensorRecord(Record(tensors_, i)).name); });
+}
+
+std::optional<uint32_t> Container::FindStorage(std::string_view key) const {
+  return FindSorted(storage_order_, key, [&](uint32_t i) { return String(format::DecodeStorageRecord(Record(storages_, i)).key); });
+}
+
+std::optional<BlobInfo> Container::FindBlob(std::string_view name) const {
+  auto i = FindSorted(blob_order_, name, [&](uint32_t i) { return String(format::DecodeBlobRecord(Record(blobs_, i)).name); });
+  if (!i) return std::nullopt;
+  return blob(*i);
+}
+
+std::optional<std::string_view> Container::FindMetadata(std::string_view key) const {
+  auto i = FindSorted(metadata_order_, key, [&](uint32_t i) { return String(format::DecodeMetadataRecord(Record(metadata_, i)).key); });
+  if (!i) return std::nullopt;
+  return metadata(*i).second;
+}
+
+std::vector<uint32_t> Container::TensorsOfStorage(uint32_t s) const {
+  auto storage_of = [&](uint32_t t) { return format::DecodeTensorRecord(Record(tensors_, t)).storage; };
+  auto lo = std::lower_bound(tensors_by_storage_.begin(), tensors_by_storage_.end(), s,
+                             [&](uint32_t t, uint32_t v) { return storage_of(t) < v; });
+  auto hi = std::upper_bound(lo, tensors_by_storage_.end(), s,
+                             [&](uint32_t v, uint32_t t) { return v < storage_of(t); });
+  return {lo, hi};
+}
+
+std::span<const uint8_t> Container::ChunkStored(uint64_t i) const {
+  format::ChunkRecord c = chunk(i);
+  return {data() + c.offset, c.stored_bytes};
+}
+
+std::span<const uint8_t> Container::BlobBytes(const BlobInfo& b) const {
+  if (b.bytes == 0) return {};
+  return {data() + b.offset, b.bytes};
+}
+
+std::span<const uint8_t> Container::StorageBytes(uint32_t s) const {
+  StorageInfo info = storage(s);
+  if (!info.contiguous || info.raw_bytes == 0) return {};
+  return {data() + info.data_offset, info.raw_bytes};
+}
+
+void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
+  format::ChunkRecord c = chunk(i);
+  const uint8_t* stored = data() + c.offset;
+  auto fail = [&](const std::string& why) { throw Error(ErrorKind::kCorrupt, DescribeChunk(i) + ": " + why); };
+  if (check) {
+    uint64_t got = format::Checksum(stored, c.stored_bytes);
+    if (got != c.stored_checksum) fail(format::internal::ChecksumMismatch("stored", c.stored_checksum, got));
+  }
+  if (c.codec == static_cast<uint8_t>(format::Codec::kNone)) {
+    std::memcpy(dst, stored, c.raw_bytes);
+    return;
+  }
+  std::string why = format::internal::DecodeChunk(stored, c.stored_bytes, static_cast<uint8_t*>(dst), c.raw_bytes);
+  if (!why.empty()) fail(why);
+  if (!check) return;
+  uint64_t got = format::Checksum(dst, c.raw_bytes);
+  if (got != c.raw_checksum) fail(format::internal::ChecksumMismatch("raw", c.raw_checksum, got));
+}
+
+std::string Container::DescribeChunk(uint64_t i) const {
+  constexpr size_t kMaxNames = 8;
+  format::ChunkRecord c = chunk(i);
+  format::StorageRecord s = format::DecodeStorageRecord(Record(storages_, c.storage));
+  std::string out = path() + ": storage '" + std::string(String(s.key)) + "' (";
+  std::vector<uint32_t> tensors = TensorsOfStorage(c.storage);
+  if (tensors.empty()) out += "no tensors";
+  for (size_t k = 0; k < tensors.size() && k < kMaxNames; ++k) {
+    out += k == 0 ? "tensors " : ", ";
+    out += String(format::DecodeTensorRecord(Record(tensors_, tensors[k])).name);
+  }
+  if (tensors.size() > kMaxNames) out += ", and " + std::to_string(tensors.size() - kMaxNames) + " more";
+  uint64_t begin = (i - s.first_chunk) * superblock_.chunk_bytes;
+  out += "), chunk " + std::to_string(i) + ", file bytes [" + std::to_string(c.offset) + ", " +
+         std::to_string(c.offset + c.stored_bytes) + "), storage bytes [" + std::to_string(begin) + ", " +
+         std::to_string(begin + c.raw_bytes) + ")";
+  return out;
+}
+
+}  // namespace zckpt
