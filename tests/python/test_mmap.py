@@ -1,0 +1,134 @@
+"""zckpt.load(mmap=True): CPU tensors equal to torch.load's whose bytes lie inside a private
+(copy-on-write) mapping of the container: nothing copied, writes never reach the file."""
+import gc
+import os
+import shutil
+
+import pytest
+import torch
+
+import zckpt
+from torch_family import assert_deep_equal
+from zckpt_testing import mapped_ranges, sha256, storage_ptrs
+
+
+def _tensors(obj):
+    out = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return out
+
+
+def _inside(ptr, nbytes, ranges):
+    return any(start <= ptr and ptr + nbytes <= end for start, end in ranges)
+
+
+@pytest.fixture
+def container(family, tmp_path):
+    """A private copy of a converted family file (tests here write and unlink)."""
+    def copy(name):
+        dst = tmp_path / (name + ".zckpt")
+        shutil.copyfile(family.zckpt(name), dst)
+        return str(dst)
+    return copy
+
+
+@pytest.mark.parametrize("name", ["dtypes.pt", "shared_storage.pt", "strides.pt", "scalars_empty.pt",
+                                  "legacy.pt", "module_state_dict.pt", "rng_states.pt"])
+def test_mmap_equals_torch_load(family, name):
+    got = zckpt.load(family.zckpt(name), mmap=True, weights_only=False)
+    assert_deep_equal(got, family.torch_load(name))
+    assert {t.device.type for t in _tensors(got)} == {"cpu"}
+
+
+@pytest.mark.parametrize("name", ["dtypes.pt", "shared_storage.pt", "legacy.pt"])
+def test_mmap_data_lies_in_the_file_mapping(container, name):
+    path = container(name)
+    assert mapped_ranges(path) == []
+    got = zckpt.load(path, mmap=True, weights_only=False)
+    ranges = mapped_ranges(path)
+    assert ranges, "no mapping of the container in /proc/self/maps"
+    checked = 0
+    for t in _tensors(got):
+        s = t.untyped_storage()
+        if s.nbytes():
+            assert _inside(s.data_ptr(), s.nbytes(), ranges), f"storage of {tuple(t.shape)} {t.dtype} not in the mapping"
+            checked += 1
+    assert checked >= 8
+
+
+def test_mmap_shares_no_memory_with_a_regular_load(container):
+    path = container("shared_storage.pt")
+    mapped = zckpt.load(path, mmap=True, weights_only=False)
+    loaded = zckpt.load(path, weights_only=False)
+    assert_deep_equal(mapped, loaded)
+    assert len(storage_ptrs(mapped)) == len(storage_ptrs(loaded)) == 3
+    assert storage_ptrs(mapped).isdisjoint(storage_ptrs(loaded))
+    ranges = mapped_ranges(path)
+    assert not any(_inside(p, 1, ranges) for p in storage_ptrs(loaded))
+
+
+def test_mmap_writes_never_reach_the_file(container):
+    path = container("module_state_dict.pt")
+    before = sha256(path)
+    first = zckpt.load(path, mmap=True, weights_only=False)
+    original = {k: v.clone() for k, v in first.items()}
+    with torch.no_grad():
+        for v in first.values():
+            if v.dtype.is_floating_point:
+                v.add_(1.0)
+    assert not torch.equal(first["norm.weight"], original["norm.weight"])
+    assert sha256(path) == before
+    second = zckpt.load(path, mmap=True, weights_only=False)
+    assert all(torch.equal(second[k], original[k]) for k in original)
+    assert_deep_equal(zckpt.load(path, weights_only=False), second)
+
+
+def test_mmap_outlives_the_file_name(container):
+    path = container("strides.pt")
+    got = zckpt.load(path, mmap=True, weights_only=False)
+    want = {k: v.clone() for k, v in got.items()}
+    os.remove(path)
+    gc.collect()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_mapping_released_with_the_tensors(container):
+    path = container("dtypes.pt")
+    got = zckpt.load(path, mmap=True, weights_only=False)
+    assert mapped_ranges(path)
+    del got
+    gc.collect()
+    assert mapped_ranges(path) == []
+
+
+def test_mmap_of_zstd_chunks_decodes_into_owned_memory(family, tmp_path):
+    path = str(tmp_path / "compressible.zckpt")
+    stats = zckpt.convert(family.pt("compressible.pt"), path, zstd_level=3)
+    assert stats["compressed_chunks"] >= 1
+    got = zckpt.load(path, mmap=True, weights_only=False)
+    assert_deep_equal(got, family.torch_load("compressible.pt"))
+    big = got["compressible"].untyped_storage()
+    assert not _inside(big.data_ptr(), big.nbytes(), mapped_ranges(path))
+
+
+@pytest.mark.parametrize("map_location", ["cuda:0", torch.device("meta"), {"cpu": "cuda:0"}])
+def test_mmap_refuses_non_cpu_map_location(family, map_location):
+    with pytest.raises(ValueError, match="mmap"):
+        zckpt.load(family.zckpt("strides.pt"), mmap=True, map_location=map_location)
+
+
+@pytest.mark.parametrize("map_location", [None, "cpu", torch.device("cpu")])
+def test_mmap_accepts_cpu_map_location(family, map_location):
+    got = zckpt.load(family.zckpt("strides.pt"), mmap=True, map_location=map_location, weights_only=True)
+    assert_deep_equal(got, family.torch_load("strides.pt", weights_only=True))
