@@ -9,24 +9,7 @@ import torch
 
 import zckpt
 from torch_family import assert_deep_equal
-from zckpt_testing import mapped_ranges, sha256, storage_ptrs
-
-
-def _tensors(obj):
-    out = []
-
-    def walk(x):
-        if isinstance(x, torch.Tensor):
-            out.append(x)
-        elif isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-
-    walk(obj)
-    return out
+from zckpt_testing import mapped_ranges, sha256, storage_ptrs, tensors_in
 
 
 def _inside(ptr, nbytes, ranges):
@@ -48,7 +31,7 @@ def container(family, tmp_path):
 def test_mmap_equals_torch_load(family, name):
     got = zckpt.load(family.zckpt(name), mmap=True, weights_only=False)
     assert_deep_equal(got, family.torch_load(name))
-    assert {t.device.type for t in _tensors(got)} == {"cpu"}
+    assert {t.device.type for t in tensors_in(got)} == {"cpu"}
 
 
 @pytest.mark.parametrize("name", ["dtypes.pt", "shared_storage.pt", "legacy.pt"])
@@ -59,7 +42,7 @@ def test_mmap_data_lies_in_the_file_mapping(container, name):
     ranges = mapped_ranges(path)
     assert ranges, "no mapping of the container in /proc/self/maps"
     checked = 0
-    for t in _tensors(got):
+    for t in tensors_in(got):
         s = t.untyped_storage()
         if s.nbytes():
             assert _inside(s.data_ptr(), s.nbytes(), ranges), f"storage of {tuple(t.shape)} {t.dtype} not in the mapping"
@@ -103,7 +86,7 @@ def test_mmap_outlives_the_file_name(container):
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
-def test_mapping_released_with_the_tensors(container):
+def test_mapping_released_with_thetensors_in(container):
     path = container("dtypes.pt")
     got = zckpt.load(path, mmap=True, weights_only=False)
     assert mapped_ranges(path)

@@ -75,13 +75,13 @@ def mapped_ranges(path):
     return out
 
 
-def storage_ptrs(obj):
-    """data_ptr of the storage of every tensor found in a (nested) loaded object."""
-    ptrs = set()
+def tensors_in(obj):
+    """Every tensor of a (nested) loaded object, in order, repeats included."""
+    out = []
 
     def walk(x):
         if isinstance(x, torch.Tensor):
-            ptrs.add(x.untyped_storage().data_ptr())
+            out.append(x)
         elif isinstance(x, dict):
             for v in x.values():
                 walk(v)
@@ -90,7 +90,12 @@ def storage_ptrs(obj):
                 walk(v)
 
     walk(obj)
-    return ptrs
+    return out
+
+
+def storage_ptrs(obj):
+    """data_ptr of the storage of every tensor found in a (nested) loaded object."""
+    return {t.untyped_storage().data_ptr() for t in tensors_in(obj)}
 
 
 def rewrite_pickle(src, dst, transform):
