@@ -145,3 +145,14 @@ def save_hostile(path, module, name, arg, legacy=False):
 
     rewrite_pickle(tmp, path, swap)
     os.remove(tmp)
+
+
+def save_converted(obj, folder, name, **save_kwargs):
+    """torch.save(obj) as folder/name.pt, converted to folder/name.zckpt; returns both paths."""
+    import zckpt
+
+    pt = os.path.join(str(folder), name + ".pt")
+    torch.save(obj, pt, **save_kwargs)
+    dst = os.path.join(str(folder), name + ".zckpt")
+    zckpt.convert(pt, dst)
+    return pt, dst
