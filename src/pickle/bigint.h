@@ -1,0 +1,20 @@
+// Arbitrary-size integers as pickle stores them: little-endian two's complement bytes (the
+// LONG1/LONG4 payload). Only conversions are needed; nothing here does arithmetic on values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace zckpt::pickle {
+
+// The value of a LONG1/LONG4 payload when it fits int64 (an empty payload is 0).
+std::optional<int64_t> BigIntToInt64(std::string_view le_bytes);
+// Decimal text of a two's complement little-endian payload ("-123", "0").
+std::string BigIntToDecimal(std::string_view le_bytes);
+// Parses optional sign + decimal digits into the minimal two's complement little-endian
+// payload; nullopt when `text` is not of that form.
+std::optional<std::string> DecimalToBigInt(std::string_view text);
+
+}  // namespace zckpt::pickle

@@ -1,0 +1,502 @@
+#include "pickle/unpickler.h"
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "pickle/bigint.h"
+#include "pickle/byte_reader.h"
+#include "pickle/data_constructors.h"
+#include "pickle/opcodes.h"
+#include "pickle/safety.h"
+#include "pickle/text_codec.h"
+#include "zckpt/error.h"
+
+namespace zckpt::pickle {
+
+namespace {
+
+// The pickle machine: CPython's _Unpickler with every call replaced by an Object node.
+// As in Python 3, MARK starts a fresh stack (kept here as a base index), so an opcode can
+// never pop below the innermost open MARK.
+class Machine {
+ public:
+  Machine(std::span<const uint8_t> bytes, const UnpickleOptions& options)
+      : in_(bytes), options_(options), arena_(std::make_shared<ValueArena>()) {}
+
+  UnpickleResult Run() {
+    while (true) {
+      op_offset_ = in_.pos();
+      auto code = in_.U8();
+      if (!code) Fail("pickle ended without STOP");
+      if (*code == op::kStop) break;
+      Step(*code);
+    }
+    UnpickleResult result;
+    result.root = Pop();
+    result.end_offset = in_.pos();
+    result.arena = std::move(arena_);
+    result.globals = std::move(globals_);
+    result.max_depth = options_.max_depth;
+    return result;
+  }
+
+ private:
+  // ---- errors ------------------------------------------------------------------------------
+  [[noreturn]] void Raise(ErrorKind kind, const std::string& what) const {
+    throw Error(kind, "pickle byte offset " + std::to_string(op_offset_) + ": " + what);
+  }
+  [[noreturn]] void Fail(const std::string& what) const { Raise(ErrorKind::kCorrupt, what); }
+
+  // ---- reading operands --------------------------------------------------------------------
+  uint64_t ReadLE(unsigned n, const char* opname) {
+    auto v = in_.LittleEndian(n);
+    if (!v) Fail(std::string("truncated ") + opname + " argument");
+    return *v;
+  }
+  std::string_view Take(uint64_t n, const char* opname) {
+    auto s = in_.Take(n);
+    if (!s)
+      Fail(std::string(opname) + " claims " + std::to_string(n) + " bytes but only " +
+           std::to_string(in_.remaining()) + " remain");
+    return *s;
+  }
+  std::string_view Line(const char* opname) {
+    auto s = in_.Line();
+    if (!s) Fail(std::string(opname) + " argument is not terminated by a newline");
+    return *s;
+  }
+  std::string_view Utf8Line(const char* opname) {
+    std::string_view s = Line(opname);
+    if (!IsValidUtf8(s)) Fail(std::string(opname) + " argument is not valid UTF-8");
+    return s;
+  }
+
+  // ---- nodes -------------------------------------------------------------------------------
+  Value* New(Kind kind) {
+    if (arena_->size() >= options_.max_nodes)
+      Fail("more than " + std::to_string(options_.max_nodes) + " objects (max_nodes)");
+    return arena_->New(kind, op_offset_);
+  }
+  Value* NewText(Kind kind, std::string_view text) {
+    total_bytes_ += text.size();
+    if (total_bytes_ > options_.max_total_bytes)
+      Fail("more than " + std::to_string(options_.max_total_bytes) + " bytes of str/bytes data (max_total_bytes)");
+    Value* v = New(kind);
+    v->text.assign(text);
+    return v;
+  }
+  Value* NewInt(int64_t i) {
+    Value* v = New(Kind::kInt);
+    v->integer = i;
+    return v;
+  }
+  Value* NewBool(bool b) {
+    Value* v = New(Kind::kBool);
+    v->boolean = b;
+    return v;
+  }
+  // An integer from its two's complement bytes: kInt when it fits.
+  Value* NewLong(std::string_view le) {
+    if (auto i = BigIntToInt64(le)) return NewInt(*i);
+    return NewText(Kind::kBigInt, le);
+  }
+  // `parent` now contains `child`: keep the nesting depth bounded as the tree is built.
+  void Adopt(Value* parent, Value* child) {
+    if (parent == child) return;  // a container holding itself adds no depth
+    if (child->depth + 1 > parent->depth) parent->depth = child->depth + 1;
+    if (parent->depth > options_.max_depth)
+      Fail("nesting deeper than " + std::to_string(options_.max_depth) + " (max_depth)");
+  }
+  Value* NewContainer(Kind kind, std::vector<Value*> items) {
+    Value* v = New(kind);
+    for (Value* item : items) Adopt(v, item);
+    v->items = std::move(items);
+    return v;
+  }
+
+  // ---- stack and marks ---------------------------------------------------------------------
+  size_t Base() const { return marks_.empty() ? 0 : marks_.back(); }
+  void Push(Value* v) { stack_.push_back(v); }
+  Value* Pop() {
+    if (stack_.size() <= Base()) Fail("stack underflow");
+    Value* v = stack_.back();
+    stack_.pop_back();
+    return v;
+  }
+  Value* Top() {
+    if (stack_.size() <= Base()) Fail("stack underflow");
+    return stack_.back();
+  }
+  void Mark() {
+    if (marks_.size() >= options_.max_depth)
+      Fail("more than " + std::to_string(options_.max_depth) + " open MARKs (max_depth)");
+    marks_.push_back(stack_.size());
+  }
+  std::vector<Value*> PopMark() {
+    if (marks_.empty()) Fail("no MARK to pop to");
+    std::vector<Value*> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
+    stack_.resize(marks_.back());
+    marks_.pop_back();
+    return items;
+  }
+
+  // ---- memo --------------------------------------------------------------------------------
+  void MemoPut(uint64_t key) {
+    Value* v = Top();
+    auto it = memo_.find(key);
+    if (it != memo_.end()) {
+      it->second = v;
+      return;
+    }
+    if (memo_.size() >= options_.max_memo_entries)
+      Fail("more than " + std::to_string(options_.max_memo_entries) + " memo entries (max_memo_entries)");
+    memo_.emplace(key, v);
+  }
+  void MemoGet(uint64_t key) {
+    auto it = memo_.find(key);
+    if (it == memo_.end()) Fail("memo key " + std::to_string(key) + " was never stored");
+    Push(it->second);
+  }
+  uint64_t TextMemoKey(const char* opname) {
+    auto k = ParseDecimalInt64(Line(opname));
+    if (!k || *k < 0) Fail(std::string("invalid ") + opname + " argument");
+    return static_cast<uint64_t>(*k);
+  }
+
+  // ---- globals -----------------------------------------------------------------------------
+  Value* NewGlobal(std::string_view module, std::string_view name) {
+    if (module.empty() || name.empty()) Fail("empty module or name in a global");
+    if (IsCodeExecutionGlobal(module, name))
+      throw Error(ErrorKind::kUnsafe, "refused global '" + std::string(module) + "." + std::string(name) +
+                                          "' at pickle byte offset " + std::to_string(op_offset_));
+    std::string key = std::string(module) + '\n' + std::string(name);
+    if (seen_globals_.insert(key).second)
+      globals_.push_back({std::string(module), std::string(name), op_offset_});
+    Value* g = NewText(Kind::kGlobal, module);
+    g->name.assign(name);
+    total_bytes_ += name.size();
+    return g;
+  }
+
+  // ---- objects -----------------------------------------------------------------------------
+  Value* NewObject(ObjectHow how, Value* callable, Value* args, Value* kwargs) {
+    Value* o = New(Kind::kObject);
+    o->how = how;
+    o->callable = callable;
+    o->args = args;
+    o->kwargs = kwargs;
+    for (Value* v : {callable, args, kwargs})
+      if (v) Adopt(o, v);
+    return o;
+  }
+  void Reduce() {
+    Value* args = Pop();
+    Value* callable = Pop();
+    auto folded = FoldDataConstructor(callable, args);
+    if (!folded) {
+      Push(NewObject(ObjectHow::kReduce, callable, args, nullptr));
+      return;
+    }
+    Value* v;
+    if (folded->kind == Kind::kBytes) {
+      v = NewText(Kind::kBytes, folded->bytes);
+      v->bytearray = folded->bytearray;
+    } else {
+      v = NewContainer(folded->kind, std::move(folded->items));
+    }
+    Push(v);
+  }
+  void Build() {
+    Value* state = Pop();
+    Value* target = Top();
+    if (target->kind != Kind::kObject) Fail("BUILD on a " + std::string(KindName(target->kind)));
+    target->state = state;
+    Adopt(target, state);
+  }
+  // APPEND/APPENDS/ADDITEMS: list.append, set.add, or an object's append/add (list and set
+  // subclasses), kept in `items`.
+  void AddItems(std::vector<Value*> items, const char* opname, bool set_op) {
+    Value* target = Top();
+    bool ok = target->kind == Kind::kObject || (set_op ? target->kind == Kind::kSet : target->kind == Kind::kList);
+    if (!ok) Fail(std::string(opname) + " to a " + std::string(KindName(target->kind)));
+    for (Value* v : items) Adopt(target, v);
+    target->items.insert(target->items.end(), items.begin(), items.end());
+  }
+  void SetItems(const std::vector<Value*>& kv, const char* opname) {
+    if (kv.size() % 2) Fail(std::string(opname) + " with an odd number of keys and values");
+    Value* target = Top();
+    if (target->kind != Kind::kDict && target->kind != Kind::kObject)
+      Fail(std::string(opname) + " on a " + std::string(KindName(target->kind)));
+    for (size_t i = 0; i < kv.size(); i += 2) {
+      Adopt(target, kv[i]);
+      Adopt(target, kv[i + 1]);
+      target->entries.emplace_back(kv[i], kv[i + 1]);
+    }
+  }
+
+  // ---- strings -----------------------------------------------------------------------------
+  Value* NewUnicode(std::string_view utf8, const char* opname) {
+    if (!IsValidUtf8(utf8)) Fail(std::string(opname) + " payload is not valid UTF-8");
+    return NewText(Kind::kString, utf8);
+  }
+  // Python 2 `str` (STRING/BINSTRING/SHORT_BINSTRING): text when it is UTF-8 (torch loads
+  // these with encoding='utf-8'), the raw bytes otherwise.
+  Value* NewPy2String(std::string_view raw) {
+    return NewText(IsValidUtf8(raw) ? Kind::kString : Kind::kBytes, raw);
+  }
+  Value* NewBytes(std::string_view raw, bool bytearray) {
+    Value* v = NewText(Kind::kBytes, raw);
+    v->bytearray = bytearray;
+    return v;
+  }
+
+  // ---- one opcode --------------------------------------------------------------------------
+  void Step(uint8_t code);
+  void StepText(uint8_t code);
+  void StepCall(uint8_t code);
+
+  ByteReader in_;
+  const UnpickleOptions& options_;
+  std::shared_ptr<ValueArena> arena_;
+  std::vector<Value*> stack_;
+  std::vector<size_t> marks_;
+  std::unordered_map<uint64_t, Value*> memo_;
+  std::vector<GlobalRef> globals_;
+  std::unordered_set<std::string> seen_globals_;
+  uint64_t total_bytes_ = 0;
+  uint64_t op_offset_ = 0;
+};
+
+// Protocol 0's newline-terminated text opcodes.
+void Machine::StepText(uint8_t code) {
+  switch (code) {
+    case op::kInt: {
+      std::string_view s = Line("INT");
+      if (s == "00") return Push(NewBool(false));
+      if (s == "01") return Push(NewBool(true));
+      if (auto i = ParseDecimalInt64(s)) return Push(NewInt(*i));
+      auto big = DecimalToBigInt(s);
+      if (!big) Fail("invalid INT literal");
+      return Push(NewLong(*big));
+    }
+    case op::kLong: {
+      std::string_view s = Line("LONG");
+      if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
+      auto big = DecimalToBigInt(s);
+      if (!big) Fail("invalid LONG literal");
+      return Push(NewLong(*big));
+    }
+    case op::kFloat: {
+      auto f = ParseFloatText(Line("FLOAT"));
+      if (!f) Fail("invalid FLOAT literal");
+      Value* v = New(Kind::kFloat);
+      v->real = *f;
+      return Push(v);
+    }
+    case op::kString: {
+      std::string why;
+      auto s = DecodeStringLine(Line("STRING"), &why);
+      if (!s) Fail(why);
+      return Push(NewPy2String(*s));
+    }
+    case op::kUnicode: {
+      std::string why;
+      auto s = DecodeRawUnicodeEscape(Line("UNICODE"), &why);
+      if (!s) Fail(why);
+      return Push(NewText(Kind::kString, *s));
+    }
+    case op::kPersId: {
+      std::string_view s = Line("PERSID");
+      for (char c : s)
+        if (static_cast<unsigned char>(c) >= 0x80) Fail("persistent IDs in protocol 0 must be ASCII strings");
+      Value* p = New(Kind::kPersistentId);
+      p->pid = NewText(Kind::kString, s);
+      return Push(p);
+    }
+    case op::kGet: return MemoGet(TextMemoKey("GET"));
+    case op::kPut: return MemoPut(TextMemoKey("PUT"));
+    case op::kGlobal: {
+      std::string module(Utf8Line("GLOBAL"));
+      std::string_view name = Utf8Line("GLOBAL");
+      return Push(NewGlobal(module, name));
+    }
+    case op::kInst: {
+      std::string module(Utf8Line("INST"));
+      std::string_view name = Utf8Line("INST");
+      Value* cls = NewGlobal(module, name);
+      Value* args = NewContainer(Kind::kTuple, PopMark());
+      return Push(NewObject(ObjectHow::kInst, cls, args, nullptr));
+    }
+  }
+  Fail("internal: not a text opcode");
+}
+
+// Opcodes that describe a call (never made).
+void Machine::StepCall(uint8_t code) {
+  switch (code) {
+    case op::kReduce: return Reduce();
+    case op::kNewObj: {
+      Value* args = Pop();
+      Value* cls = Pop();
+      return Push(NewObject(ObjectHow::kNewObj, cls, args, nullptr));
+    }
+    case op::kNewObjEx: {
+      Value* kwargs = Pop();
+      Value* args = Pop();
+      Value* cls = Pop();
+      return Push(NewObject(ObjectHow::kNewObjEx, cls, args, kwargs));
+    }
+    case op::kObj: {
+      std::vector<Value*> items = PopMark();
+      if (items.empty()) Fail("OBJ without a class");
+      Value* cls = items.front();
+      Value* args = NewContainer(Kind::kTuple, std::vector<Value*>(items.begin() + 1, items.end()));
+      return Push(NewObject(ObjectHow::kObj, cls, args, nullptr));
+    }
+    case op::kBuild: return Build();
+    case op::kStackGlobal: {
+      Value* name = Pop();
+      Value* module = Pop();
+      if (module->kind != Kind::kString || name->kind != Kind::kString) Fail("STACK_GLOBAL requires str");
+      return Push(NewGlobal(module->text, name->text));
+    }
+    case op::kBinPersId: {
+      Value* p = New(Kind::kPersistentId);
+      p->pid = Pop();
+      Adopt(p, p->pid);
+      return Push(p);
+    }
+  }
+  Fail("internal: not a call opcode");
+}
+
+void Machine::Step(uint8_t code) {
+  switch (code) {
+    // -- framing and protocol
+    case op::kProto: {
+      uint64_t proto = ReadLE(1, "PROTO");
+      if (proto > static_cast<uint64_t>(op::kHighestProtocol))
+        Raise(ErrorKind::kUnsupported, "unsupported pickle protocol " + std::to_string(proto));
+      return;
+    }
+    case op::kFrame: {
+      uint64_t n = ReadLE(8, "FRAME");
+      if (n > in_.remaining())
+        Fail("FRAME claims " + std::to_string(n) + " bytes but only " + std::to_string(in_.remaining()) + " remain");
+      return;  // frames only group opcodes; their contents are read as usual
+    }
+    // -- constants and numbers
+    case op::kNone: return Push(New(Kind::kNone));
+    case op::kNewTrue: return Push(NewBool(true));
+    case op::kNewFalse: return Push(NewBool(false));
+    case op::kBinInt: return Push(NewInt(static_cast<int32_t>(ReadLE(4, "BININT"))));
+    case op::kBinInt1: return Push(NewInt(static_cast<int64_t>(ReadLE(1, "BININT1"))));
+    case op::kBinInt2: return Push(NewInt(static_cast<int64_t>(ReadLE(2, "BININT2"))));
+    case op::kLong1: return Push(NewLong(Take(ReadLE(1, "LONG1"), "LONG1")));
+    case op::kLong4: {
+      auto n = static_cast<int32_t>(ReadLE(4, "LONG4"));
+      if (n < 0) Fail("LONG4 has a negative byte count");
+      return Push(NewLong(Take(static_cast<uint64_t>(n), "LONG4")));
+    }
+    case op::kBinFloat: {
+      auto bits = in_.BigEndian(8);
+      if (!bits) Fail("truncated BINFLOAT argument");
+      Value* v = New(Kind::kFloat);
+      v->real = std::bit_cast<double>(*bits);
+      return Push(v);
+    }
+    // -- strings and bytes
+    case op::kBinString: {
+      auto n = static_cast<int32_t>(ReadLE(4, "BINSTRING"));
+      if (n < 0) Fail("BINSTRING has a negative byte count");
+      return Push(NewPy2String(Take(static_cast<uint64_t>(n), "BINSTRING")));
+    }
+    case op::kShortBinString: return Push(NewPy2String(Take(ReadLE(1, "SHORT_BINSTRING"), "SHORT_BINSTRING")));
+    case op::kBinUnicode: return Push(NewUnicode(Take(ReadLE(4, "BINUNICODE"), "BINUNICODE"), "BINUNICODE"));
+    case op::kShortBinUnicode:
+      return Push(NewUnicode(Take(ReadLE(1, "SHORT_BINUNICODE"), "SHORT_BINUNICODE"), "SHORT_BINUNICODE"));
+    case op::kBinUnicode8: return Push(NewUnicode(Take(ReadLE(8, "BINUNICODE8"), "BINUNICODE8"), "BINUNICODE8"));
+    case op::kBinBytes: return Push(NewBytes(Take(ReadLE(4, "BINBYTES"), "BINBYTES"), false));
+    case op::kShortBinBytes: return Push(NewBytes(Take(ReadLE(1, "SHORT_BINBYTES"), "SHORT_BINBYTES"), false));
+    case op::kBinBytes8: return Push(NewBytes(Take(ReadLE(8, "BINBYTES8"), "BINBYTES8"), false));
+    case op::kByteArray8: return Push(NewBytes(Take(ReadLE(8, "BYTEARRAY8"), "BYTEARRAY8"), true));
+    case op::kNextBuffer:
+    case op::kReadonlyBuffer:
+      Raise(ErrorKind::kUnsupported, "out-of-band buffers (NEXT_BUFFER/READONLY_BUFFER) are not supported");
+    // -- containers
+    case op::kEmptyTuple: return Push(NewContainer(Kind::kTuple, {}));
+    case op::kTuple1:
+    case op::kTuple2:
+    case op::kTuple3: {
+      std::vector<Value*> items(code - op::kTuple1 + 1);
+      for (size_t i = items.size(); i-- > 0;) items[i] = Pop();
+      return Push(NewContainer(Kind::kTuple, std::move(items)));
+    }
+    case op::kTuple: return Push(NewContainer(Kind::kTuple, PopMark()));
+    case op::kEmptyList: return Push(NewContainer(Kind::kList, {}));
+    case op::kList: return Push(NewContainer(Kind::kList, PopMark()));
+    case op::kEmptyDict: return Push(New(Kind::kDict));
+    case op::kDict: {
+      std::vector<Value*> kv = PopMark();
+      Push(New(Kind::kDict));
+      return SetItems(kv, "DICT");
+    }
+    case op::kEmptySet: return Push(NewContainer(Kind::kSet, {}));
+    case op::kFrozenSet: return Push(NewContainer(Kind::kFrozenSet, PopMark()));
+    case op::kAppend: {
+      Value* v = Pop();
+      return AddItems({v}, "APPEND", false);
+    }
+    case op::kAppends: return AddItems(PopMark(), "APPENDS", false);
+    case op::kAddItems: return AddItems(PopMark(), "ADDITEMS", true);
+    case op::kSetItem: {
+      Value* value = Pop();
+      Value* key = Pop();
+      return SetItems({key, value}, "SETITEM");
+    }
+    case op::kSetItems: return SetItems(PopMark(), "SETITEMS");
+    // -- stack
+    case op::kMark: return Mark();
+    case op::kPop:
+      if (stack_.size() > Base()) stack_.pop_back();
+      else PopMark();  // as CPython: POP right after MARK discards the mark
+      return;
+    case op::kPopMark: PopMark(); return;
+    case op::kDup: return Push(Top());
+    // -- memo
+    case op::kBinGet: return MemoGet(ReadLE(1, "BINGET"));
+    case op::kLongBinGet: return MemoGet(ReadLE(4, "LONG_BINGET"));
+    case op::kBinPut: return MemoPut(ReadLE(1, "BINPUT"));
+    case op::kLongBinPut: return MemoPut(ReadLE(4, "LONG_BINPUT"));
+    case op::kMemoize: return MemoPut(memo_.size());
+    // -- extension registry (process-local in Python; nothing is registered here)
+    case op::kExt1:
+    case op::kExt2:
+    case op::kExt4: {
+      uint64_t ext = ReadLE(code == op::kExt1 ? 1 : code == op::kExt2 ? 2 : 4, "EXT");
+      Raise(ErrorKind::kUnsupported, "extension code " + std::to_string(ext) + " (EXT opcodes) is not registered");
+    }
+    case op::kInt: case op::kLong: case op::kFloat: case op::kString: case op::kUnicode:
+    case op::kPersId: case op::kGet: case op::kPut: case op::kGlobal: case op::kInst:
+      return StepText(code);
+    case op::kReduce: case op::kNewObj: case op::kNewObjEx: case op::kObj: case op::kBuild:
+    case op::kStackGlobal: case op::kBinPersId:
+      return StepCall(code);
+  }
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", code);
+  Fail(std::string("unknown opcode ") + hex);
+}
+
+}  // namespace
+
+UnpickleResult Unpickle(std::span<const uint8_t> bytes, const UnpickleOptions& options) {
+  return Machine(bytes, options).Run();
+}
+
+}  // namespace zckpt::pickle

@@ -1,0 +1,49 @@
+// A restricted pickle interpreter: reads protocols 0-5 into a tree of Values and runs nothing.
+//
+// REDUCE/NEWOBJ/NEWOBJ_EX/INST/OBJ become Object nodes (callable + args) instead of calls;
+// GLOBAL/STACK_GLOBAL/INST names are checked against the deny list (safety.h) as they are read.
+// Parsing never recurses in C++, every length is checked against the bytes left, and the
+// limits below bound memory. Errors are zckpt::Error:
+//   kCorrupt     "pickle byte offset N: <what>" (N: the offending opcode)
+//   kUnsafe      "refused global 'os.system' at pickle byte offset N"
+//   kUnsupported "pickle byte offset N: ..." (out-of-band buffers, protocol > 5)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pickle/value.h"
+
+namespace zckpt::pickle {
+
+struct UnpickleOptions {
+  size_t max_depth = 1000;                    // containers inside containers, and open MARKs
+  size_t max_memo_entries = size_t{1} << 22;  // distinct memo keys
+  size_t max_nodes = size_t{1} << 24;         // Values created (all kinds)
+  uint64_t max_total_bytes = uint64_t{1} << 32;  // str/bytes payload held by the tree
+};
+
+// A GLOBAL/STACK_GLOBAL/INST name the pickle uses, with the offset of its first use.
+struct GlobalRef {
+  std::string module;
+  std::string name;
+  uint64_t offset = 0;
+};
+
+struct UnpickleResult {
+  std::shared_ptr<ValueArena> arena;  // owns every node, `root` included
+  const Value* root = nullptr;
+  uint64_t end_offset = 0;            // the byte after STOP
+  std::vector<GlobalRef> globals;     // distinct (module, name), in order of first use
+  size_t max_depth = 1000;            // the limit it was read under (bounds later tree walks)
+};
+
+// Reads one pickle from the start of `bytes`; bytes after its STOP are left alone (legacy
+// torch files hold several pickles back to back).
+UnpickleResult Unpickle(std::span<const uint8_t> bytes, const UnpickleOptions& options = {});
+
+}  // namespace zckpt::pickle
