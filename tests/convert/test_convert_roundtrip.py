@@ -1,0 +1,358 @@
+"""`.pt` -> convert -> verify -> export -> torch.load, for every file of the torch-written family,
+and what `zckpt ls --json` says about each, checked against the object torch saved."""
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import FAMILY_NAMES, LEGACY_NAMES, ZIP_NAMES, zip_prefix, zip_records
+from torch_family import assert_deep_equal, diff
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_convert_verify_export_roundtrip(name, family, original, converted, zckpt, tmp_path):
+    w = family[name]
+    run, dst = converted[name]
+    assert run.rc == 0, f"convert {name} exited {run.rc}:\n{run.text}"
+    assert run.out == "" and os.path.getsize(dst) > 128
+
+    verify = zckpt("verify", dst)
+    assert verify.rc == 0, verify.text
+    assert verify.out.startswith(f"{dst}: OK"), verify.out
+
+    exported = tmp_path / name
+    zckpt.ok("export", dst, "-o", exported)
+    back = w.load(exported)
+    assert_deep_equal(back, original(name))
+    if w.loads_as_saved:
+        assert_deep_equal(back, w.obj)  # and the object that was saved, storage sharing included
+
+
+@pytest.mark.parametrize("name", LEGACY_NAMES)
+def test_legacy_export_is_byte_identical(name, family, converted, zckpt, tmp_path):
+    exported = tmp_path / name
+    zckpt.ok("export", converted[name][1], "-o", exported)
+    assert filecmp.cmp(family[name].path, exported, shallow=False)
+
+
+@pytest.mark.parametrize("name", ZIP_NAMES)
+def test_zip_export_keeps_every_record(name, family, converted, zckpt, tmp_path):
+    """The exported archive has the source's prefix and records, in order, each byte-identical."""
+    exported = tmp_path / name
+    zckpt.ok("export", converted[name][1], "-o", exported)
+    assert zip_prefix(exported) == zip_prefix(family[name].path)
+    want, got = zip_records(family[name].path), zip_records(exported)
+    assert list(got) == list(want)
+    for record in want:
+        assert got[record] == want[record], f"record {record} differs"
+
+
+# ---- what ls --json says, against the Python object -----------------------------------------
+
+
+def _is_dtensor(t):
+    return type(t).__name__ == "DTensor"
+
+
+def expected_tensors(obj):
+    """[(name, tensor)] in the naming of src/pickle/torch_model.h: dict keys and list/tuple
+    indices joined with '.', depth-first, a tensor reached twice named by its first path, the
+    whole pickle a tensor -> `tensor`, a taken name gets `~1`, `~2`."""
+    out, seen, taken = [], set(), set()
+
+    def add(path, t):
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        name, n = path or "tensor", 0
+        while name in taken:
+            n += 1
+            name = f"{path}~{n}"
+        taken.add(name)
+        out.append((name, t))
+
+    def walk(x, path):
+        join = lambda k: f"{path}.{k}" if path else str(k)  # noqa: E731
+        if isinstance(x, torch.Tensor):
+            add(path, x)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, join(k))
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, join(i))
+        elif isinstance(x, torch.nn.Module):
+            walk(vars(x), path)  # a BUILD state sits at the object's own path
+
+    walk(obj, "")
+    return out
+
+
+def _has_record(t):
+    """Dense tensors are one record each; meta tensors none (no storage); sparse and nested
+    tensors are their component tensors (`<name>.<arg>...`)."""
+    return t.device.type != "meta" and not t.is_nested and t.layout == torch.strided
+
+
+def _has_parts(t):
+    return t.is_nested or t.layout != torch.strided
+
+
+def expected_record(t):
+    flags = set()
+    if isinstance(t, torch.nn.Parameter):
+        flags.add("param")
+    if t.requires_grad:
+        flags.add("grad")
+    if _is_dtensor(t):
+        flags.add("dtensor")
+        t = t._local_tensor
+    if t.is_quantized:
+        flags.add("quantized")
+    else:
+        if t.is_conj():
+            flags.add("conj")
+        if t.is_neg():
+            flags.add("neg")
+    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "stride": list(t.stride()),
+            "storage_offset": t.storage_offset(), "flags": flags}
+
+
+def helper_tensor_names(records, tensors):
+    """Records ls may add besides the object's tensors: a DTensor's mesh (`<name>._spec...`), a
+    per-channel quantizer (`<name>.scales`, `<name>.zero_points`), the parts of a sparse or
+    nested tensor (`<name>.1.0`, ...)."""
+    owners = [name for name, t in tensors if _is_dtensor(t) or t.is_quantized]
+    parts = [name + "." for name, t in tensors if _has_parts(t)]
+    return {r for r in records
+            if any(r.startswith(name + "._spec.") or r in (name + ".scales", name + ".zero_points") for name in owners)
+            or any(r.startswith(p) for p in parts)}
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_ls_matches_saved_object(name, original, listings):
+    ls = listings[name]
+    all_tensors = expected_tensors(original(name))
+    tensors = [(n, t) for n, t in all_tensors if _has_record(t)]
+    records = {r["name"]: r for r in ls["tensors"]}
+    assert len(records) == len(ls["tensors"]), "tensor names are not unique"
+    want_names = [n for n, _ in tensors]
+    extras = helper_tensor_names(records, all_tensors)
+    assert [r["name"] for r in ls["tensors"] if r["name"] not in extras] == want_names
+
+    storage_of = {}  # python storage -> ls storage index
+    for tname, t in tensors:
+        r = records[tname]
+        got = dict(r, flags=set(filter(None, r["flags"].split(","))))
+        want = expected_record(t)
+        assert {k: got[k] for k in want} == want, tname
+        local = t._local_tensor if _is_dtensor(t) else t
+        if not local.is_quantized and local.untyped_storage().nbytes():
+            storage_of.setdefault(local.untyped_storage().data_ptr(), set()).add(r["storage"])
+    # Tensors share an ls storage exactly when they share a torch storage.
+    assert all(len(s) == 1 for s in storage_of.values()), storage_of
+    indices = [next(iter(s)) for s in storage_of.values()]
+    assert len(set(indices)) == len(indices)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_ls_storages_and_metadata(name, family, listings):
+    w, ls = family[name], listings[name]
+    meta = ls["metadata"]
+    assert meta["zckpt.source.format"] == w.format
+    assert meta["zckpt.source.name"] == name
+    assert meta["zckpt.source.bytes"] == str(os.path.getsize(w.path))
+    assert ls["version"] == "1.0"
+    if w.format == "zip":
+        records = zip_records(w.path)
+        assert meta["zckpt.source.prefix"] == zip_prefix(w.path)
+        storages = {k: len(v) for k, v in records.items() if k.startswith("data/")}
+        assert {"data/" + s["key"]: s["bytes"] for s in ls["storages"]} == storages
+        assert {b["name"] for b in ls["blobs"]} == set(records) - set(storages)
+    location = "cuda:0" if name == "cuda_shard.pt" else "cpu"
+    assert {s["location"] for s in ls["storages"]} <= {location}
+    assert ls["chunks"]["raw_bytes"] == sum(s["bytes"] for s in ls["storages"])
+    assert ls["chunks"]["zstd"] == 0  # default options: no compression
+
+
+def _by_name(ls):
+    return {r["name"]: r for r in ls["tensors"]}
+
+
+def test_ls_state_dict_and_tied_weights(family, listings):
+    sd = family["module_state_dict.pt"].obj
+    ls = listings["module_state_dict.pt"]
+    t = _by_name(ls)
+    assert [r["name"] for r in ls["tensors"]] == list(sd.keys())
+    assert "embed.weight" in t and "head.weight" in t and "bn.num_batches_tracked" in t
+    assert t["embed.weight"]["storage"] == t["head.weight"]["storage"]  # tied
+    assert t["bn.num_batches_tracked"]["dtype"] == "int64" and t["bn.num_batches_tracked"]["shape"] == []
+    assert t["mask"]["dtype"] == "bool"
+    # Every storage once: 16x8 f32 embedding counted once for the two tied names.
+    distinct = {v.untyped_storage().data_ptr(): v.untyped_storage().nbytes() for v in sd.values()}
+    assert len(ls["storages"]) == len(distinct)
+    assert ls["chunks"]["raw_bytes"] == sum(distinct.values())
+    emb = ls["storages"][t["embed.weight"]["storage"]]
+    assert emb["bytes"] == 16 * 8 * 4
+
+
+def test_ls_shared_storage_views(listings):
+    t = _by_name(listings["shared_storage.pt"])
+    # The same tensor object twice is one record, named by its first path.
+    assert "embed.weight" in t and "lm_head.weight" not in t and "list.0" not in t
+    base = t["base"]["storage"]
+    assert [t[n]["storage"] for n in ("row", "tail", "col", "list.1")] == [base] * 4
+    assert (t["row"]["storage_offset"], t["row"]["shape"]) == (20, [4, 5])
+    assert (t["tail"]["storage_offset"], t["tail"]["shape"]) == (37, [23])
+    assert (t["col"]["storage_offset"], t["col"]["stride"]) == (10, [20, 1])
+    assert (t["list.1"]["storage_offset"], t["list.1"]["shape"]) == (55, [5])
+    assert t["flat_a"]["storage"] == t["flat_b"]["storage"] != base
+    assert t["flat_b"]["storage_offset"] == 50
+    assert len(listings["shared_storage.pt"]["storages"]) == 3
+
+
+def test_ls_optimizer_state(family, listings):
+    sd = family["optimizer_adam.pt"].obj
+    t = _by_name(listings["optimizer_adam.pt"])
+    assert len(sd["state"]) >= 8
+    for i, st in sd["state"].items():
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert t[f"state.{i}.{k}"]["shape"] == list(st[k].shape)
+            assert t[f"state.{i}.{k}"]["dtype"] == "float32"
+        assert t[f"state.{i}.step"]["shape"] == [] and t[f"state.{i}.step"]["dtype"] == "float32"
+    assert not any(n.startswith("param_groups") for n in t)
+
+
+def test_ls_dtypes(family, listings):
+    t = _by_name(listings["dtypes.pt"])
+    for key, v in family["dtypes.pt"].obj.items():
+        assert t[key]["dtype"] == str(v.dtype).replace("torch.", ""), key
+        assert t[key]["bytes"] == v.numel() * v.element_size(), key
+    for kind in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+        if hasattr(torch, kind):
+            assert t[kind]["dtype"] == kind
+    assert t["float8_e4m3fn_2d_t"]["stride"] == [1, 4]
+
+
+def test_ls_flags(listings):
+    p = _by_name(listings["parameters.pt"])
+    assert p["p_grad"]["flags"] == "param,grad"
+    assert p["p_frozen"]["flags"] == "param"
+    assert p["plain_requires_grad"]["flags"] == "grad"
+    assert p["in_list.1"]["flags"] == "param,grad"
+    c = _by_name(listings["conj_neg.pt"])
+    assert c["conj"]["flags"] == "conj" and c["neg"]["flags"] == "neg"
+    assert c["plain_complex"]["flags"] == ""
+
+
+def test_ls_dtensor_extra(listings):
+    t = _by_name(listings["model_world_size_1_rank_0.pt"])
+    emb = t["model.embed_tokens.weight"]
+    assert emb["flags"] == "dtensor" and emb["dtype"] == "bfloat16"
+    assert emb["extra"]["placements"] == [{"type": "Shard", "dim": 0}]
+    assert emb["extra"]["global_shape"] == [32, 8] and emb["extra"]["mesh_shape"] == [1]
+    norm = t["model.layers.0.input_layernorm.weight"]
+    assert norm["extra"]["placements"] == [{"type": "Replicate"}]
+    o = _by_name(listings["optim_world_size_1_rank_0.pt"])
+    assert o["state.0.exp_avg"]["flags"] == "dtensor"
+    assert o["state.0.exp_avg"]["extra"]["placements"] == [{"type": "Shard", "dim": 0}]
+    assert o["state.0.step"]["flags"] == ""
+
+
+def test_ls_quantized_extra(listings):
+    t = _by_name(listings["quantized.pt"])
+    q = t["per_tensor"]
+    assert (q["dtype"], q["flags"]) == ("quint8", "quantized")
+    assert q["extra"]["qscheme"] == "per_tensor_affine"
+    assert q["extra"]["scale"] == pytest.approx(0.05) and q["extra"]["zero_point"] == 3
+    pc = t["per_channel"]
+    assert pc["dtype"] == "qint8" and pc["extra"]["axis"] == 0
+    assert t["per_channel.scales"]["dtype"] == "float64" and t["per_channel.scales"]["shape"] == [4]
+
+
+def test_ls_many_tensors(listings):
+    ls = listings["many_tensors.pt"]
+    assert len(ls["tensors"]) == 20_000 and len(ls["storages"]) == 20_000
+    assert ls["tensors"][12345]["name"] == "layers.1543.p1"
+    assert ls["tensors"][12345]["shape"] == [4]
+
+
+# ---- options and destinations -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("src_name,dst_name", [
+    ("model.pt", "model.zckpt"),
+    ("model.pth", "model.zckpt"),
+    ("pytorch_model.bin", "pytorch_model.zckpt"),
+    ("weights.ckpt", "weights.ckpt.zckpt"),
+])
+def test_default_destination(src_name, dst_name, family, zckpt, tmp_path):
+    src = tmp_path / src_name
+    shutil.copy(family["strides.pt"].path, src)
+    zckpt.ok("convert", "--quiet", src)
+    assert sorted(os.listdir(tmp_path)) == sorted([src_name, dst_name])
+    zckpt.ok("verify", tmp_path / dst_name)
+
+
+def _convert(family, zckpt, tmp_path, name, *options):
+    """Converts family file `name` with options; returns (fixture, destination, ls --json)."""
+    w = family[name]
+    dst = tmp_path / "c.zckpt"
+    zckpt.ok("convert", "--quiet", *options, w.path, "-o", dst)
+    return w, dst, zckpt.ls(dst)
+
+
+def _roundtrip(w, zckpt, dst, tmp_path):
+    zckpt.ok("verify", dst)
+    exported = tmp_path / "exported.pt"
+    zckpt.ok("export", dst, "-o", exported)
+    assert_deep_equal(w.load(exported), w.load())
+    return exported
+
+
+def test_zstd_compresses_and_roundtrips(family, zckpt, tmp_path):
+    w, dst, ls = _convert(family, zckpt, tmp_path, "compressible.pt", "--zstd", "3")
+    big = next(s for s in ls["storages"] if s["bytes"] == 2 << 20)
+    assert big["chunks"] == 1 and ls["chunks"]["zstd"] >= 1
+    assert ls["chunks"]["stored_bytes"] < ls["chunks"]["raw_bytes"] // 10
+    assert os.path.getsize(dst) < os.path.getsize(w.path) // 10
+    _roundtrip(w, zckpt, dst, tmp_path)
+
+
+def test_small_chunks_roundtrip(family, zckpt, tmp_path):
+    w, dst, ls = _convert(family, zckpt, tmp_path, "compressible.pt", "--chunk-bytes", "4096")
+    assert ls["chunk_bytes"] == 4096
+    big = next(s for s in ls["storages"] if s["bytes"] == 2 << 20)
+    assert big["chunks"] == 512 and big["contiguous"] is True
+    assert ls["chunks"]["count"] == 512 + 1 and ls["chunks"]["zstd"] == 0
+    _roundtrip(w, zckpt, dst, tmp_path)
+
+
+def test_small_zstd_chunks_roundtrip(family, zckpt, tmp_path):
+    w, dst, ls = _convert(family, zckpt, tmp_path, "compressible.pt", "--zstd", "3", "--chunk-bytes", "4K")
+    assert ls["chunks"]["count"] == 513 and ls["chunks"]["zstd"] >= 512
+    _roundtrip(w, zckpt, dst, tmp_path)
+
+
+def test_zstd_on_incompressible_data_stays_raw(family, zckpt, tmp_path):
+    w, dst, ls = _convert(family, zckpt, tmp_path, "dtypes.pt", "--zstd", "19")
+    assert ls["chunks"]["stored_bytes"] <= ls["chunks"]["raw_bytes"]
+    _roundtrip(w, zckpt, dst, tmp_path)
+
+
+@pytest.mark.parametrize("options", [("--zstd", "3"), ("--chunk-bytes", "4096", "--zstd", "1")])
+def test_legacy_with_options_is_byte_identical(options, family, zckpt, tmp_path):
+    w, dst, _ = _convert(family, zckpt, tmp_path, "legacy.pt", *options)
+    assert filecmp.cmp(w.path, _roundtrip(w, zckpt, dst, tmp_path), shallow=False)
+
+
+def test_cuda_locations_load_with_map_location(family, converted, zckpt, tmp_path):
+    """Storages that say cuda:0 are recorded, never acted on; the export says cuda:0 again."""
+    exported = tmp_path / "cuda.pt"
+    zckpt.ok("export", converted["cuda_shard.pt"][1], "-o", exported)
+    assert b"cuda:0" in zip_records(exported)["data.pkl"]
+    assert diff(torch.load(exported, weights_only=False, map_location="cpu"), family["cuda_shard.pt"].obj) is None
