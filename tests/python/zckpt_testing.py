@@ -124,7 +124,7 @@ def save_hostile(path, module, name, arg, legacy=False):
     Written with a stand-in global (print), then the GLOBAL opcode is rewritten as
     `module name` (protocol 2: newline-terminated, no frame lengths to fix)."""
     obj = {"weight": torch.arange(6.0).reshape(2, 3), "payload": CallsGlobal(print, arg)}
-    stand_in = b"cbuiltins\nprint\n"
+    stand_in = b"c__builtin__\nprint\n"  # protocol 2 writes builtins under its Python 2 name
     hostile = f"c{module}\n{name}\n".encode()
     if legacy:
         tmp = path + ".tmp"
@@ -156,3 +156,20 @@ def save_converted(obj, folder, name, **save_kwargs):
     dst = os.path.join(str(folder), name + ".zckpt")
     zckpt.convert(pt, dst)
     return pt, dst
+
+
+class Config:
+    """A custom class inside a checkpoint: not on torch's weights_only allowlist."""
+
+    def __init__(self, name, layers):
+        self.name, self.layers = name, layers
+
+    def __eq__(self, other):
+        return type(other) is Config and (self.name, self.layers) == (other.name, other.layers)
+
+
+def touch(path):
+    """A harmless global with a visible effect: unpickling a call of it creates `path`."""
+    with open(path, "w") as f:
+        f.write("ran")
+    return path

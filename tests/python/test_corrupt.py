@@ -1,0 +1,157 @@
+"""A damaged container: one byte flipped inside a storage's payload (found with `zckpt ls
+--json`: storages[i].offset). load, load_into and verify raise zckpt.CorruptError naming the
+tensor and the file; verify=False reads the damaged byte through, showing it was the payload."""
+import collections
+import os
+import shutil
+import zipfile
+
+import pytest
+import torch
+
+import zckpt
+from zckpt_testing import flip_byte, run_cli, save_converted, storage_of
+
+VICTIM = "layers.3.mlp.weight"
+
+
+def _state():
+    g = torch.Generator().manual_seed(0)
+    return collections.OrderedDict([
+        ("embed.weight", torch.randn(64, 32, generator=g)),
+        (VICTIM, torch.randn(128, 256, generator=g)),  # 128 KiB: a large, 4 KiB-aligned storage
+        ("norm.weight", torch.ones(32)),
+    ])
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    state = _state()
+    _, path = save_converted(state, tmp_path_factory.mktemp("good"), "model")
+    return state, path
+
+
+@pytest.fixture
+def damaged(good, tmp_path):
+    """(state, path, index of the flipped byte inside the victim's storage)."""
+    state, src = good
+    path = str(tmp_path / "damaged.zckpt")
+    shutil.copyfile(src, path)
+    storage = storage_of(path, VICTIM)
+    assert storage["bytes"] == 128 * 256 * 4
+    inside = storage["bytes"] // 2 + 3
+    flip_byte(path, storage["offset"] + inside)
+    return state, path, inside
+
+
+def _assert_names_tensor_and_file(err, path):
+    msg = str(err)
+    assert VICTIM in msg, msg
+    assert path in msg, msg
+
+
+def test_verify_good_file_is_empty(good):
+    assert zckpt.verify(good[1]) == []
+    assert zckpt.verify(good[1], raise_on_error=False) == []
+
+
+def test_load_raises(damaged):
+    _, path, _ = damaged
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.load(path, weights_only=True)
+    _assert_names_tensor_and_file(e.value, path)
+
+
+def test_load_into_raises(damaged):
+    _, path, _ = damaged
+    target = {k: torch.zeros_like(v) for k, v in _state().items()}
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.load_into(path, target)
+    _assert_names_tensor_and_file(e.value, path)
+
+
+def test_verify_raises_and_lists(damaged):
+    _, path, _ = damaged
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.verify(path)
+    _assert_names_tensor_and_file(e.value, path)
+    problems = zckpt.verify(path, raise_on_error=False)
+    assert len(problems) == 1 and VICTIM in problems[0]
+
+
+def test_cli_verify_exit_code(good, damaged):
+    _, path, _ = damaged
+    assert run_cli("verify", "--quiet", good[1]).returncode == 0
+    r = run_cli("verify", path)
+    assert r.returncode == 1
+    assert VICTIM in r.stdout + r.stderr
+
+
+def test_verify_false_reads_the_flipped_byte(damaged):
+    """The flip landed in the victim's bytes and nowhere else."""
+    state, path, inside = damaged
+    got = zckpt.load(path, weights_only=True, verify=False)
+    for k in ("embed.weight", "norm.weight"):
+        assert torch.equal(got[k], state[k]), k
+    a = got[VICTIM].view(torch.uint8).reshape(-1)
+    b = state[VICTIM].view(torch.uint8).reshape(-1)
+    differ = (a != b).nonzero().flatten().tolist()
+    assert differ == [inside]
+    assert a[inside].item() == b[inside].item() ^ 0xFF
+    target = {k: torch.zeros_like(v) for k, v in state.items()}
+    zckpt.load_into(path, target, verify=False)
+    assert (target[VICTIM].view(torch.uint8).reshape(-1) != b).nonzero().flatten().tolist() == [inside]
+
+
+def test_compressed_chunk_damaged(tmp_path):
+    state = collections.OrderedDict([(VICTIM, torch.zeros(256, 1024)), ("b", torch.arange(8.0))])
+    state[VICTIM][::7, ::13] = 1.5
+    pt = str(tmp_path / "z.pt")
+    torch.save(state, pt)
+    path = str(tmp_path / "z.zckpt")
+    assert zckpt.convert(pt, path, zstd_level=3)["compressed_chunks"] >= 1
+    assert torch.equal(zckpt.load(path)[VICTIM], state[VICTIM])
+    storage = storage_of(path, VICTIM)
+    flip_byte(path, storage["offset"] + 40)
+    for call in (lambda: zckpt.load(path), lambda: zckpt.verify(path),
+                 lambda: zckpt.load(path, verify=False),  # zstd frames are always checked
+                 lambda: zckpt.load_into(path, {k: torch.zeros_like(v) for k, v in state.items()})):
+        with pytest.raises(zckpt.CorruptError) as e:
+            call()
+        _assert_names_tensor_and_file(e.value, path)
+
+
+def test_damaged_pickle_blob(good, tmp_path):
+    state, src = good
+    path = str(tmp_path / "pkl.zckpt")
+    shutil.copyfile(src, path)
+    pt = os.path.join(os.path.dirname(src), "model.pt")
+    with zipfile.ZipFile(pt) as z:
+        pkl = z.read("model/data.pkl")
+    with open(path, "rb") as f:
+        at = f.read().find(pkl)
+    assert at > 0, "data.pkl is not stored verbatim in the container"
+    flip_byte(path, at + len(pkl) // 2)
+    with pytest.raises(zckpt.CorruptError, match="data.pkl"):
+        zckpt.load(path)
+    assert zckpt.verify(path, raise_on_error=False)
+
+
+def test_truncated_file(good, tmp_path):
+    path = str(tmp_path / "short.zckpt")
+    with open(good[1], "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    with pytest.raises(zckpt.ZckptError) as e:
+        zckpt.load(path)
+    assert path in str(e.value)
+
+
+def test_not_a_container(good):
+    pt = os.path.join(os.path.dirname(good[1]), "model.pt")
+    with pytest.raises(zckpt.ZckptError) as e:
+        zckpt.load(pt)
+    assert pt in str(e.value)
+    with pytest.raises(zckpt.ZckptError):
+        zckpt.load(pt + ".missing")
