@@ -121,6 +121,7 @@ struct ContainerWriter::Impl {
         filling->alignment = alignment;
       }
       uint64_t want = ChunkRawBytes(r.raw_bytes, options.chunk_bytes, appended / options.chunk_bytes);
+      filling->raw.reserve(want);  // recycled buffers already have it: no regrowth per chunk
       size_t take = static_cast<size_t>(std::min<uint64_t>(want - filling->raw.size(), bytes.size()));
       filling->raw.insert(filling->raw.end(), bytes.begin(), bytes.begin() + take);
       bytes = bytes.subspan(take);
