@@ -5,8 +5,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <new>
+
+#include <xxhash.h>
 
 #include "common/mapped_file.h"
 #include "format/chunk_codec.h"
@@ -78,41 +82,88 @@ uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) cons
   return done;
 }
 
-void ChunkReader::ReadExact(uint64_t offset, uint64_t len, uint8_t* dst) const {
-  if (ReadFile(offset, len, dst) < len)
-    throw Error(ErrorKind::kIo, c_.path() + ": unexpected end of file at " + std::to_string(offset + len));
-}
+namespace {
 
-void ChunkReader::Check(uint64_t chunk, const uint8_t* raw) const {
-  if (!verify_) return;
-  format::ChunkRecord r = c_.chunk(chunk);
-  uint64_t got = format::Checksum(raw, r.raw_bytes);
-  if (got != r.stored_checksum)
-    throw Error(ErrorKind::kCorrupt,
-                c_.DescribeChunk(chunk) + ": " + format::internal::ChecksumMismatch("stored", r.stored_checksum, got));
+// XXH3 of each needed chunk of a span, fed in file order as pieces of the span arrive.
+class SpanHasher {
+ public:
+  SpanHasher(const Container& c, const Destinations& d, uint64_t begin, uint64_t first, uint64_t last, bool verify)
+      : c_(c), d_(d), begin_(begin), next_(first), last_(last), verify_(verify) {
+    if (verify_ && (state_ = XXH3_createState()) == nullptr) throw std::bad_alloc();
+    Advance();
+  }
+  ~SpanHasher() { XXH3_freeState(state_); }
+  SpanHasher(const SpanHasher&) = delete;
+  SpanHasher& operator=(const SpanHasher&) = delete;
+
+  // Span bytes [0, upto) are now in `dst`.
+  void Feed(const uint8_t* dst, uint64_t upto) {
+    while (next_ < last_) {
+      uint64_t lo = std::max(fed_, rec_.offset - begin_), hi = std::min(upto, rec_.offset + rec_.raw_bytes - begin_);
+      if (hi <= lo) break;
+      if (verify_) XXH3_64bits_update(state_, dst + lo, hi - lo);
+      fed_ = hi;
+      if (hi < rec_.offset + rec_.raw_bytes - begin_) break;  // rest of this chunk still to come
+      if (verify_) {
+        uint64_t got = XXH3_64bits_digest(state_);
+        if (got != rec_.stored_checksum)
+          throw Error(ErrorKind::kCorrupt, c_.DescribeChunk(next_) + ": " +
+                                               format::internal::ChecksumMismatch("stored", rec_.stored_checksum, got));
+      }
+      ++next_;
+      Advance();
+    }
+  }
+  bool done() const { return next_ >= last_; }
+  uint64_t pending() const { return next_; }
+
+ private:
+  void Advance() {
+    while (next_ < last_ && !d_.needed(next_)) ++next_;
+    if (next_ >= last_) return;
+    rec_ = c_.chunk(next_);
+    fed_ = rec_.offset - begin_;
+    if (verify_) XXH3_64bits_reset(state_);
+  }
+
+  const Container& c_;
+  const Destinations& d_;
+  uint64_t begin_, next_, last_;
+  bool verify_;
+  XXH3_state_t* state_ = nullptr;
+  format::ChunkRecord rec_;
+  uint64_t fed_ = 0;  // span bytes of the current chunk hashed so far end here
+};
+
+// Small enough to still be in L2 when hashed right after the read; a multiple of 4 KiB for
+// O_DIRECT.
+constexpr uint64_t kReadPiece = 512 << 10;
+
+}  // namespace
+
+void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
+                           const Destinations& d) const {
+  SpanHasher hasher(c_, d, begin, first, last, verify_);
+  for (uint64_t at = 0; at < end - begin && !hasher.done();) {
+    uint64_t want = std::min(kReadPiece, end - begin - at);
+    uint64_t got = ReadFile(begin + at, want, dst + at);
+    at += got;
+    hasher.Feed(dst, at);
+    if (got < want) break;  // end of file
+  }
+  if (!hasher.done())
+    throw Error(ErrorKind::kIo, "unexpected end of file reading " + c_.DescribeChunk(hasher.pending()));
 }
 
 void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
   if (!b.in_slot) return ReadDirect(b, d);
-  if (!b.zstd) return ReadSlotRaw(b, d, slot);
+  if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
     // zstd frames are decoded (and checked) by the container from its mapping.
     c_.ReadChunk(i, slot + plan.slot_offset[i], verify_);
     format::ChunkRecord r = c_.chunk(i);
     c_.file().Release(r.offset, r.stored_bytes);
-  }
-}
-
-void ChunkReader::ReadSlotRaw(const Batch& b, const Destinations& d, uint8_t* slot) const {
-  // One read for the whole span: small chunks (and the padding between them) in one go.
-  uint64_t got = ReadFile(b.file_begin, b.file_end - b.file_begin, slot);
-  for (uint64_t i = b.first; i < b.last; ++i) {
-    if (!d.needed(i)) continue;
-    format::ChunkRecord r = c_.chunk(i);
-    if (r.offset + r.raw_bytes - b.file_begin > got)
-      throw Error(ErrorKind::kIo, c_.path() + ": unexpected end of file reading " + c_.DescribeChunk(i));
-    Check(i, slot + (r.offset - b.file_begin));
   }
 }
 
@@ -131,15 +182,14 @@ void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
       ++i;
       continue;
     }
-    // Consecutive raw chunks adjacent both in the file and in memory (a storage's run): one read.
+    // Consecutive raw chunks adjacent both in the file and in memory (a storage's run): one span.
     uint64_t j = i + 1, len = r.raw_bytes;
     for (; j < b.last && d.needed(j); ++j) {
       format::ChunkRecord n = c_.chunk(j);
       if (IsZstd(n) || n.offset != r.offset + len || d.of(j)[0].dst != dst + len) break;
       len += n.raw_bytes;
     }
-    ReadExact(r.offset, len, dst);
-    for (uint64_t k = i; k < j; ++k) Check(k, d.of(k)[0].dst);
+    ReadSpan(r.offset, r.offset + len, dst, i, j, d);
     i = j;
   }
 }

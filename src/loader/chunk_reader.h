@@ -35,9 +35,11 @@ class ChunkReader {
  private:
   // Reads file bytes [offset, offset + len) into dst; returns the bytes read (less only at EOF).
   uint64_t ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const;
-  void ReadExact(uint64_t offset, uint64_t len, uint8_t* dst) const;
-  void Check(uint64_t chunk, const uint8_t* raw) const;
-  void ReadSlotRaw(const Batch& b, const Destinations& d, uint8_t* slot) const;
+  // Reads file bytes [begin, end) into dst (chunk i's bytes land at dst + offset_i - begin) in
+  // pieces, hashing each needed chunk of [first, last) as its bytes arrive, while they are still
+  // in cache: one pass over memory instead of a read pass then a hash pass.
+  void ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
+                const Destinations& d) const;
   void ReadDirect(const Batch& b, const Destinations& d) const;
 
   const Container& c_;
