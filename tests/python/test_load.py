@@ -259,3 +259,19 @@ def test_export_round_trip(family, tmp_path):
     out = tmp_path / "back.pt"
     zckpt.export(family.zckpt("shared_storage.pt"), out)
     assert_deep_equal(torch.load(out, weights_only=False), family.torch_load("shared_storage.pt"))
+
+
+@pytest.mark.parametrize("name", ["compressible.pt", "dtypes.pt", "shared_storage.pt", "legacy.pt"])
+@pytest.mark.parametrize("zstd_level,chunk_bytes", [(0, 4096), (3, 65536), (19, 0)],
+                         ids=["raw-4k-chunks", "zstd3-64k-chunks", "zstd19"])
+def test_convert_options(family, tmp_path, name, zstd_level, chunk_bytes):
+    """Storages split over many chunks, compressed or not, load the same."""
+    dst = tmp_path / (name + ".zckpt")
+    stats = zckpt.convert(family.pt(name), dst, zstd_level=zstd_level, chunk_bytes=chunk_bytes)
+    if name == "compressible.pt":
+        assert stats["chunks"] >= (512 if chunk_bytes == 4096 else 32 if chunk_bytes else 1)
+        assert (stats["compressed_chunks"] > 0) == (zstd_level > 0)
+        assert stats["file_bytes"] < 1 << 20 or zstd_level == 0
+    got = zckpt.load(dst, map_location="cpu", weights_only=False)
+    assert_deep_equal(got, family.torch_load(name))
+    assert zckpt.verify(dst) == []

@@ -175,6 +175,25 @@ def test_optimizer_after_a_step(tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_optimizer_param_group_mismatch_refused_before_any_write(tmp_path):
+    """optimizer.load_state_dict refuses a different number of param groups before touching
+    anything; load_into must too (its state tensors match by index, so only the groups differ)."""
+    _, src_opt, _ = _trained(seed=8)
+    _, path = save_converted(src_opt.state_dict(), tmp_path, "optim")
+    torch.manual_seed(9)
+    model = Net()
+    params = list(model.parameters())
+    opt = torch.optim.Adam([{"params": params[:2]}, {"params": params[2:], "lr": 0.5}], lr=0.3)
+    _train(model, opt, 1, seed=9)
+    with pytest.raises(ValueError, match="parameter groups"):
+        opt.load_state_dict(src_opt.state_dict())
+    snap = _snapshot(_opt_tensors(opt))
+    with pytest.raises(ValueError, match="param groups"):
+        zckpt.load_into(path, opt)
+    _assert_untouched(_opt_tensors(opt), snap)
+    assert [g["lr"] for g in opt.param_groups] == [0.3, 0.5]
+
+
 def test_optimizer_without_state_is_refused(tmp_path):
     _, src_opt, _ = _trained(seed=4)
     _, path = save_converted(src_opt.state_dict(), tmp_path, "optim")

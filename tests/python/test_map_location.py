@@ -8,7 +8,7 @@ import torch
 
 import zckpt
 from torch_family import assert_deep_equal
-from zckpt_testing import storage_ptrs
+from zckpt_testing import ls_json, rewrite_pickle, storage_ptrs
 
 
 def _devices(obj):
@@ -32,8 +32,35 @@ def test_cuda_located_file_to_cpu(family, map_location):
     assert got["w_t"].untyped_storage().data_ptr() == got["w"].untyped_storage().data_ptr()
 
 
+def test_locations_patched_into_the_pickle(tmp_path):
+    """A cuda:0 file made without torch's help: the location strings of a torch.save pickle
+    rewritten (protocol 2: BINUNICODE with its length, no frames), zipped again STORED."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(5, 3, generator=g)
+    saved = {"w": w, "w_t": w.t(), "ids": torch.arange(7), "half": torch.randn(4, generator=g).half()}
+    src, pt = str(tmp_path / "cpu.pt"), str(tmp_path / "cuda.pt")
+    torch.save(saved, src)
+    cpu, cuda = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"
+
+    def patch(pkl):
+        assert pkl.count(cpu) == 1  # later uses are memo references
+        return pkl.replace(cpu, cuda)
+
+    rewrite_pickle(src, pt, patch)
+    dst = str(tmp_path / "cuda.zckpt")
+    zckpt.convert(pt, dst)
+    assert {s["location"] for s in ls_json(dst)["storages"]} == {"cuda:0"}
+    want = torch.load(pt, map_location={"cuda:0": "cpu"}, weights_only=True)
+    got = zckpt.load(dst, map_location={"cuda:0": "cpu"}, weights_only=True)
+    assert_deep_equal(got, want)
+    assert_deep_equal(got, saved)
+    seen = []
+    zckpt.load(dst, map_location=lambda s, loc: seen.append(loc) or s, weights_only=True)
+    assert set(seen) == {"cuda:0"}
+
+
 def test_storage_locations_are_kept_by_convert(family):
-    info = zckpt._C.describe(family.zckpt("cuda_shard.pt"))
+    info = ls_json(family.zckpt("cuda_shard.pt"))
     assert {s["location"] for s in info["storages"]} == {"cuda:0"}
 
 

@@ -125,3 +125,24 @@ def test_weights_only_runs_nothing(tmp_path):
     assert not marker.exists()
     got = zckpt.load(path, weights_only=False)  # the caller's explicit choice, as with torch.load
     assert marker.exists() and got["side_effect"] == str(marker)
+
+
+def test_load_into_optimizer_runs_nothing(tmp_path):
+    """load_into never asks for weights_only=False, so nothing from the file may run: restoring
+    an optimizer's param_groups must not call a global the pickle names (the converter keeps
+    globals that are off its deny list, such as this harmless `touch`)."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    marker = tmp_path / "ran"
+    sd["param_groups"][0]["note"] = CallsGlobal(zckpt_testing.touch, str(marker))
+    _, path = save_converted(sd, tmp_path, "optim")
+    assert not marker.exists()
+    try:
+        zckpt.load_into(path, opt)
+    except pickle.UnpicklingError:
+        pass  # refusing, as weights_only=True refuses, is fine
+    assert not marker.exists(), "load_into(optimizer) ran code from the checkpoint"
+    assert "note" not in opt.param_groups[0] or opt.param_groups[0]["note"] != str(marker)
