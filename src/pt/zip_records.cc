@@ -27,12 +27,13 @@ uint16_t EntryFlags(uint64_t size) {
 
 // The ZIP64 extended information field, with the values in the fixed order (uncompressed size,
 // compressed size, local header offset), each present only when it does not fit in 32 bits.
-// For a STORED entry both sizes are `size`.
-std::string Zip64Extra(uint64_t size, uint64_t local_header_offset) {
+// For a STORED entry the compressed size is `size`, except in the local header, where miniz
+// writes it before compressing anything: 0 (readers take sizes from the central directory).
+std::string Zip64Extra(uint64_t size, uint64_t compressed_size, uint64_t local_header_offset) {
   std::string values;
   if (size >= kSentinel32) {
     Append64(values, size);
-    Append64(values, size);
+    Append64(values, compressed_size);
   }
   if (local_header_offset >= kSentinel32) Append64(values, local_header_offset);
   if (values.empty()) return {};
@@ -51,7 +52,7 @@ bool EntryNeedsZip64(uint64_t size, uint64_t local_header_offset) {
 }
 
 std::string EncodeLocalHeader(std::string_view name, uint64_t size, uint64_t local_header_offset) {
-  const std::string zip64 = Zip64Extra(size, local_header_offset);
+  const std::string zip64 = Zip64Extra(size, 0, local_header_offset);
   // torch's getPadding: the payload would start after the header, the name, the ZIP64 field and
   // the 4-byte "FB" field header; pad with 'Z' up to the next multiple of 64.
   const uint64_t unpadded = local_header_offset + kLocalHeaderSize + name.size() + zip64.size() + 4;
@@ -94,7 +95,7 @@ std::string EncodeDataDescriptor(const StoredEntryInfo& entry) {
 }
 
 std::string EncodeCentralRecord(const StoredEntryInfo& entry) {
-  const std::string zip64 = Zip64Extra(entry.size, entry.local_header_offset);
+  const std::string zip64 = Zip64Extra(entry.size, entry.size, entry.local_header_offset);
   std::string out;
   out.reserve(kCentralHeaderSize + entry.name.size() + zip64.size());
   Append32(out, kCentralHeaderSig);

@@ -5,7 +5,8 @@
 //
 // Per entry, at `offset`:
 //   local header  version 0, flags 0x0808 (0x0800 when empty), time/date/CRC/sizes 0, then the
-//                 name, then a ZIP64 extra field when size or offset >= 0xFFFFFFFF, then torch's
+//                 name, then a ZIP64 extra field when size or offset >= 0xFFFFFFFF (sizes
+//                 `size` and 0, as miniz writes them before compressing; offset), then torch's
 //                 "FB" padding extra field that puts the payload on a 64-byte boundary
 //   payload       `size` bytes
 //   descriptor    PK\7\8, CRC, sizes (8-byte sizes when the local header had a ZIP64 field);

@@ -8,7 +8,7 @@
 #include <zlib.h>
 
 #include <cstdlib>
-#include <cstring>
+#include <algorithm>
 #include <sstream>
 
 #include "pt/pt_archive.h"
@@ -106,6 +106,13 @@ TEST(Zip64Records, LocalHeaderAlignsThePayloadAtAnyOffset) {
         if (zip64_len > 0) {
           EXPECT_EQ(zipfmt::Load16(extra), zipfmt::kZip64ExtraId);
           EXPECT_EQ(zipfmt::Load16(extra + 2), zip64_len);
+          if (size >= zipfmt::kSentinel32) {  // miniz: the size, then a compressed size of 0
+            EXPECT_EQ(zipfmt::Load64(extra + 4), size);
+            EXPECT_EQ(zipfmt::Load64(extra + 12), 0u);
+          }
+          if (offset >= zipfmt::kSentinel32) {
+            EXPECT_EQ(zipfmt::Load64(extra + 4 + zip64_len - 8), offset);
+          }
           extra += 4 + zip64_len;
         }
         EXPECT_EQ(zipfmt::Load16(extra), zipfmt::kTorchPaddingExtraId);
@@ -245,7 +252,9 @@ TEST(Zip64Large, TorchWrittenOver4GiBRewritesByteIdentical) {
   writer.Commit();
   MappedFile original(dir.File("large.pt")), rewrite(dir.File("rewrite.pt"));
   ASSERT_EQ(original.size(), rewrite.size());
-  EXPECT_EQ(std::memcmp(original.data(), rewrite.data(), original.size()), 0);
+  auto [a, b] = std::mismatch(original.data(), original.data() + original.size(), rewrite.data());
+  EXPECT_EQ(a, original.data() + original.size()) << "first difference at byte " << (a - original.data())
+                                                   << ": torch wrote " << int(*a) << ", we wrote " << int(*b);
 }
 
 }  // namespace
