@@ -118,6 +118,8 @@ struct MapResult : TensorSet {
 // memory. Uncompressed bytes are not checked (that would read them): run Container::Verify or
 // `zckpt verify` for that. The index is validated as by Container::Open.
 MapResult Map(const std::string& path);
+// The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
+MapResult MapStorages(const std::string& path);
 
 // Measurement helpers shared by `zckpt load`, the tests and the benchmarks.
 struct HostMemory {

@@ -3,14 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
-
-#include <xxhash.h>
 
 #include "common/mapped_file.h"
 #include "format/chunk_codec.h"
@@ -22,8 +22,6 @@
 namespace zckpt::loader {
 
 namespace {
-
-bool IsZstd(const format::ChunkRecord& r) { return r.codec == static_cast<uint8_t>(format::Codec::kZstd); }
 
 // Some filesystems accept O_DIRECT at open and refuse the first read (or refuse at open, like
 // tmpfs): try one aligned block before trusting it.

@@ -57,12 +57,11 @@ at::Tensor MappedBytes(const std::shared_ptr<Mapping>& m, uint64_t offset, uint6
   return loader::BytesOf(storage);
 }
 
-}  // namespace
-
-MapResult Map(const std::string& path) {
+MapResult MapImpl(const std::string& path, bool views) {
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
-  for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
+  if (views)
+    for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
   auto mapping = std::make_shared<Mapping>(path, c->file_bytes());
   MapResult result;
   std::vector<at::Tensor> bytes;
@@ -82,11 +81,17 @@ MapResult Map(const std::string& path) {
     result.stats.decoded_bytes += info.raw_bytes;
     bytes.push_back(std::move(owned));
   }
-  loader::WithTorchErrors([&] { loader::BuildTensorSet(*c, bytes, true, &result); });
+  loader::WithTorchErrors([&] { loader::BuildTensorSet(*c, bytes, views, &result); });
   result.stats.storages = c->storage_count();
   result.stats.tensors = result.tensors.size();
   result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
+
+}  // namespace
+
+MapResult Map(const std::string& path) { return MapImpl(path, true); }
+
+MapResult MapStorages(const std::string& path) { return MapImpl(path, false); }
 
 }  // namespace zckpt

@@ -12,15 +12,13 @@ namespace {
 uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-bool IsZstd(const format::ChunkRecord& r) { return r.codec == static_cast<uint8_t>(format::Codec::kZstd); }
-
-// A chunk goes straight to its destination when one host piece takes all of it and it is large
-// enough that its own read costs nothing extra.
-bool GoesDirect(const format::ChunkRecord& r, std::span<const Piece> pieces, const PlanOptions& o) {
-  if (!o.read_into_destination || pieces.size() != 1) return false;
+// A chunk goes straight to its destination when one host piece takes all of it and its storage
+// is large: consecutive chunks of a storage are read as one span, so that costs no extra reads.
+bool GoesDirect(const format::ChunkRecord& r, uint64_t storage_bytes, std::span<const Piece> pieces,
+                const PlanOptions& o) {
+  if (!o.read_into_destination || pieces.size() != 1 || storage_bytes < kMinDirectStorage) return false;
   const Piece& p = pieces[0];
-  return p.device < 0 && p.staged < 0 && p.chunk_offset == 0 && p.bytes == r.raw_bytes &&
-         r.raw_bytes >= kMinDirectChunk;
+  return p.device < 0 && p.staged < 0 && p.chunk_offset == 0 && p.bytes == r.raw_bytes;
 }
 
 enum class Kind { kDirect, kSlotRaw, kSlotZstd };
@@ -51,6 +49,8 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
   bool open = false;
   Kind kind = Kind::kDirect;
   uint64_t prev_end = 0;  // file end of the last needed chunk in `cur`
+  uint32_t storage = UINT32_MAX;
+  uint64_t storage_bytes = 0;
   auto close = [&] {
     if (!open) return;
     if (cur.in_slot) ++plan.slot_batches;
@@ -60,7 +60,8 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
   for (uint64_t i = 0; i < c.chunk_count(); ++i) {
     if (!d.needed(i)) continue;
     format::ChunkRecord r = c.chunk(i);
-    Kind k = GoesDirect(r, d.of(i), o) ? Kind::kDirect : IsZstd(r) ? Kind::kSlotZstd : Kind::kSlotRaw;
+    if (r.storage != storage) storage_bytes = c.storage(storage = r.storage).raw_bytes;
+    Kind k = GoesDirect(r, storage_bytes, d.of(i), o) ? Kind::kDirect : IsZstd(r) ? Kind::kSlotZstd : Kind::kSlotRaw;
     uint64_t end = r.offset + r.stored_bytes;
     bool fits = false;
     if (open && k == kind) {

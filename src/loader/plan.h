@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "zckpt/format.h"
+
 namespace zckpt {
 class Container;
 }
@@ -81,11 +83,14 @@ struct Plan {
 };
 
 inline constexpr uint64_t kDirectIoAlign = 4096;
-// Below this a chunk is packed in a slot: one read for many small chunks beats one each.
-inline constexpr uint64_t kMinDirectChunk = 64 << 10;
+// Chunks of storages below this are packed in slots: one read for many small storages beats one
+// each (64 KiB: the spec's large_threshold, where storages become 4 KiB-aligned).
+inline constexpr uint64_t kMinDirectStorage = 64 << 10;
 // A gap of unneeded file bytes up to this is read through rather than starting a new batch.
 inline constexpr uint64_t kMaxSpanGap = 64 << 10;
 
 Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& options);
+
+inline bool IsZstd(const format::ChunkRecord& r) { return r.codec == static_cast<uint8_t>(format::Codec::kZstd); }
 
 }  // namespace zckpt::loader

@@ -9,6 +9,7 @@
 #include "loader_test_util.h"
 #include "test_util.h"
 #include "zckpt/container.h"
+#include "zckpt/error.h"
 #include "zckpt/loader.h"
 
 namespace zckpt {
@@ -103,6 +104,17 @@ TEST(Map, CompressedStoragesAreDecoded) {
   EXPECT_EQ(m.stats.mapped_bytes, 4000u);
   EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("z")) == f.bytes("z"));
   EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("sr")) == f.bytes("sr"));
+}
+
+TEST(Map, QuantizedTensorsRefusedButTheirStoragesMap) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddContiguous("q", DType::kQUInt8, {4096}, 1);
+  std::string path = f.WriteIn(dir, "q.zckpt");
+  EXPECT_THROW(Map(path), Error);
+  MapResult m = MapStorages(path);
+  EXPECT_TRUE(m.tensors.empty());
+  EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("sq")) == f.bytes("sq"));
 }
 
 TEST(Map, ReadsNoDataOfALargeFile) {

@@ -5,8 +5,9 @@ torch.save, the same weights as safetensors, converts the .pt with `zckpt conver
 each in a process of its own with the files in the page cache, best of --repeat:
 
   cpu   zckpt load (verified, unverified, in place), torch.load(map_location='cpu'),
-        safetensors load_file, a read of the file into fresh memory, a memcpy of as many bytes
-        into fresh memory; zckpt load --map vs torch.load(mmap=True)
+        safetensors load_file (which maps the file lazily on CPU: also timed reading every
+        page), a read of the file into fresh memory, a memcpy of as many bytes into fresh
+        memory; zckpt load --map vs torch.load(mmap=True)
   cuda  zckpt load --device cuda (and in place), torch.load(map_location='cuda'), safetensors
         load_file(device='cuda'), a pinned host-to-device copy of as many bytes
 
@@ -36,6 +37,13 @@ def host_memory():
     return out
 
 
+def cpu_seconds():
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
+    return u.ru_utime + u.ru_stime
+
+
 def reset_peak():
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -56,6 +64,8 @@ def child(kind, path, nbytes):
         torch.cuda.reset_peak_memory_stats()
         dev_before = torch.cuda.memory_allocated()
     keep = []
+    touch = kind.endswith("_touch")
+    kind = kind[: -len("_touch")] if touch else kind
     if kind in ("memcpy", "read"):
         import numpy as np
 
@@ -64,6 +74,7 @@ def child(kind, path, nbytes):
         src = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
     reset_peak()
     before = host_memory()["VmRSS"]
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     if kind == "torch":
         keep.append(torch.load(path, map_location="cpu", weights_only=True))
@@ -92,10 +103,15 @@ def child(kind, path, nbytes):
         dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         dst.copy_(src, non_blocking=True)
         keep.append(dst)
+    if touch:  # lazily mapped results: read a byte of every page so the data is really there
+        for t in keep[0].values():
+            if t.numel():
+                t.contiguous().view(-1).view(torch.uint8)[::4096].sum()
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    out = {"seconds": seconds, "rss_before": before, "rss_peak": host_memory()["VmHWM"]}
+    out = {"seconds": seconds, "cpu_seconds": cpu_seconds() - cpu0, "rss_before": before,
+           "rss_peak": host_memory()["VmHWM"]}
     if cuda:
         out["device_peak"] = torch.cuda.max_memory_allocated() - dev_before
     print(json.dumps(out))
@@ -141,7 +157,8 @@ def run_zckpt(zckpt, path, args):
     if out.returncode != 0:
         raise SystemExit(f"zckpt load {' '.join(args)} failed ({out.returncode}): {out.stdout}{out.stderr}")
     d = json.loads(out.stdout)
-    r = {"seconds": d["seconds"], "rss_before": d["rss_before"], "rss_peak": d["rss_peak"]}
+    r = {"seconds": d["seconds"], "cpu_seconds": d["cpu_seconds"], "rss_before": d["rss_before"],
+         "rss_peak": d["rss_peak"]}
     if "device_peak_bytes" in d:
         r["device_peak"] = d["device_peak_bytes"]
     return r
@@ -190,11 +207,13 @@ def main():
         add("zckpt load --no-verify", lambda: run_zckpt(args.zckpt, zc, extra + ["--no-verify"]))
         add("zckpt load --into (in place)", lambda: run_zckpt(args.zckpt, zc, extra + ["--into"]))
         add("torch.load map_location=cpu", lambda: run_child("torch", pt, nbytes))
-        add("safetensors load_file", lambda: run_child("safetensors", st, nbytes))
+        add("safetensors load_file (lazy mmap)", lambda: run_child("safetensors", st, nbytes))
+        add("safetensors load_file + read pages", lambda: run_child("safetensors_touch", st, nbytes))
         add("read(2) file into fresh memory", lambda: run_child("read", zc, nbytes))
         add("memcpy into fresh memory", lambda: run_child("memcpy", zc, nbytes))
         add("zckpt load --map", lambda: run_zckpt(args.zckpt, zc, ["--map"]), "map")
         add("torch.load mmap=True", lambda: run_child("torch_mmap", pt, nbytes), "map")
+        add("torch.load mmap=True + read pages", lambda: run_child("torch_mmap_touch", pt, nbytes), "map")
     else:
         add("zckpt load --device cuda", lambda: run_zckpt(args.zckpt, zc, extra + ["--device", "cuda"]))
         add("zckpt load --device cuda --no-verify", lambda: run_zckpt(args.zckpt, zc, extra + ["--device", "cuda", "--no-verify"]))
@@ -207,18 +226,20 @@ def main():
     for r in rows:
         ref.setdefault(r["group"], r["seconds"])
     print(f"\n{nbytes / GIB:.2f} GiB of tensors, device {args.device}, best of {args.repeat}, page cache warm\n")
-    head = f"{'':38} {'seconds':>8} {'GB/s':>7} {'x zckpt':>8} {'RSS peak +':>11}"
+    head = f"{'':38} {'seconds':>8} {'GB/s':>7} {'x zckpt':>8} {'CPU s':>7} {'RSS peak +':>11}"
     if args.device == "cuda":
         head += f" {'dev peak':>10}"
     print(head)
     for r in rows:
         gbps = r["bytes"] / r["seconds"] / 1e9
         delta = (r["rss_peak"] - r["rss_before"]) / 2**20
-        line = f"{r['name']:38} {r['seconds']:8.3f} {gbps:7.2f} {r['seconds'] / ref[r['group']]:8.2f} {delta:9.0f} MiB"
+        line = f"{r['name']:38} {r['seconds']:8.3f} {gbps:7.2f} {r['seconds'] / ref[r['group']]:8.2f} {r['cpu_seconds']:7.3f} {delta:9.0f} MiB"
         if args.device == "cuda":
             line += f" {r.get('device_peak', 0) / 2**20:7.0f} MiB"
         print(line)
     print("\nx zckpt: seconds relative to zckpt's row of the group (load; map), above 1: slower.")
+    print("CPU s: user+system seconds of all the process's threads during the load (on a shared,")
+    print("  oversubscribed machine less noisy than wall time).")
     print("RSS peak +: VmHWM after the load minus VmRSS before it, read by the process itself.")
     if args.json:
         print(json.dumps(rows))

@@ -6,6 +6,7 @@
 #if ZCKPT_WITH_TORCH
 
 #include <ATen/ops/zeros.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <memory>
@@ -45,6 +46,7 @@ struct Report {
   LoadStats stats;
   uint64_t bytes = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // user + system time of every thread during the load
   uint64_t tensors = 0;
   HostMemory before, after;
   bool host_peak_reset = false;
@@ -58,6 +60,15 @@ std::optional<ReadMethod> ParseMethod(const std::string& s) {
   for (ReadMethod m : {ReadMethod::kAuto, ReadMethod::kPread, ReadMethod::kMmap, ReadMethod::kDirect})
     if (s == ReadMethodName(m)) return m;
   return std::nullopt;
+}
+
+uint64_t Delta(uint64_t after, uint64_t before) { return after > before ? after - before : 0; }
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 // Zeroed tensors shaped like the file's, on `device`, for --into (allocated before the peak
@@ -80,6 +91,7 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
   }
   r->host_peak_reset = ResetHostPeak();
   r->before = ReadHostMemory();
+  double cpu0 = CpuSeconds();
   if (mode == Mode::kMap) {
     MapResult m = Map(path);
     r->seconds = m.stats.seconds;
@@ -99,17 +111,16 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
     r->bytes = r->stats.raw_bytes;
     r->tensors = r->stats.tensors;
   }
+  r->cpu_seconds = CpuSeconds() - cpu0;
   r->after = ReadHostMemory();
   if (r->cuda_index >= 0) r->device_after = ReadDeviceMemory(r->cuda_index);
 }
-
-uint64_t Delta(uint64_t after, uint64_t before) { return after > before ? after - before : 0; }
 
 void PrintJson(const std::string& path, const Report& r) {
   JsonWriter jw;
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
   jw.BeginObject().Key("file").String(path).Key("status").String("ok").Key("mode").String(ModeName(r.mode));
-  jw.Key("device").String(r.device).Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds).Key("gbps").Double(gbps);
+  jw.Key("device").String(r.device).Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds).Key("cpu_seconds").Double(r.cpu_seconds).Key("gbps").Double(gbps);
   jw.Key("tensors").UInt(r.tensors);
   if (r.mode != Mode::kMap) {
     const LoadStats& s = r.stats;
@@ -132,9 +143,9 @@ void PrintJson(const std::string& path, const Report& r) {
 void PrintText(const std::string& path, const Report& r) {
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
   const char* verb = r.mode == Mode::kMap ? "mapped" : r.mode == Mode::kInto ? "loaded in place" : "loaded";
-  std::printf("%s: %s %s (%llu tensors) to %s in %.3f s, %.2f GB/s%s\n", path.c_str(), verb,
+  std::printf("%s: %s %s (%llu tensors) to %s in %.3f s (%.3f s CPU), %.2f GB/s%s\n", path.c_str(), verb,
               FormatBytes(r.bytes).c_str(), static_cast<unsigned long long>(r.tensors), r.device.c_str(), r.seconds,
-              gbps, r.mode == Mode::kMap ? "" : r.stats.verified ? ", verified" : ", not verified");
+              r.cpu_seconds, gbps, r.mode == Mode::kMap ? "" : r.stats.verified ? ", verified" : ", not verified");
   if (r.mode != Mode::kMap) {
     const LoadStats& s = r.stats;
     std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
