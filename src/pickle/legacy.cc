@@ -96,7 +96,7 @@ LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& o
   CheckSysInfo(ReadPickle(file, &pos, "sys_info", options).root);
 
   layout.object_pickle_offset = pos;
-  UnpickleResult objects = ReadPickle(file, &pos, "object", options);
+  layout.objects = ReadPickle(file, &pos, "object", options);
   layout.object_pickle_size = pos - layout.object_pickle_offset;
   layout.keys_pickle_offset = pos;
   std::vector<std::string> keys = ReadKeys(ReadPickle(file, &pos, "storage keys", options).root);
@@ -104,7 +104,7 @@ LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& o
   layout.header_end = pos;
 
   try {
-    layout.model = InterpretTorchPickle(objects);
+    layout.model = InterpretTorchPickle(layout.objects);
   } catch (const Error& e) {
     throw Error(e.kind(), "legacy torch file: object pickle at file offset " +
                               std::to_string(layout.object_pickle_offset) + ": " + e.what());

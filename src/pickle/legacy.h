@@ -38,7 +38,8 @@ struct LegacyLayout {
   uint64_t header_end = 0;            // where the data section starts
   uint64_t data_end = 0;              // after the last storage's bytes (a file may go on)
   std::vector<LegacyStorage> storages;  // data-section order
-  TorchPickle model;  // the object pickle read; model.storages[i] is storages[i]
+  UnpickleResult objects;  // the object pickle's tree (offsets relative to object_pickle_offset)
+  TorchPickle model;       // what it describes; model.storages[i] is storages[i]
 };
 
 // True when `file` starts with a pickle of the legacy magic number (protocol 2 writes it as

@@ -117,7 +117,7 @@ class Walker {
   }
 
   void VisitObject(const Value* v, const std::string& path, size_t depth) {
-    if (auto found = tensors_.Interpret(v, path.empty() ? "tensor" : path)) return Record(*found, path, depth);
+    if (auto found = tensors_.Interpret(v, path.empty() ? "tensor" : path)) return Record(*found, v, path, depth);
     if (IsNumpyCall(v, "_reconstruct")) return RecordArray(v, path);
     if (IsNumpyCall(v, "scalar")) return RecordScalar(v, path);
     const Value* g = ObjectGlobal(v);
@@ -147,11 +147,12 @@ class Walker {
     for (const auto& [name, val] : attributes) Push(val, Join(path, name), depth + 1);
   }
 
-  void Record(TensorFinding& found, const std::string& path, size_t depth) {
+  void Record(TensorFinding& found, const Value* node, const std::string& path, size_t depth) {
     for (const Value* c : found.consumed) visited_.insert(c);
     for (auto& named : found.tensors) {
       std::string name = Join(path, named.suffix);
       named.tensor.name = UniqueName(name.empty() ? "tensor" : name);
+      named.tensor.pickle_offset = node->offset;
       out_.tensors.push_back(std::move(named.tensor));
     }
     for (const auto& more : found.walk) Push(more.node, Join(path, more.suffix), depth + 1, more.is_state);
@@ -214,6 +215,35 @@ class Walker {
 TorchPickle InterpretTorchPickle(const UnpickleResult& pickle) {
   if (!pickle.arena || !pickle.root) throw Error(ErrorKind::kInvalidArgument, "empty unpickle result");
   return Walker(pickle).Run();
+}
+
+std::string RenderTorch(const UnpickleResult& pickle, const TorchPickle& model, size_t max_chars) {
+  std::unordered_map<uint64_t, const TorchTensor*> by_offset;  // Object nodes have distinct offsets
+  for (const TorchTensor& t : model.tensors) by_offset.emplace(t.pickle_offset, &t);
+  RenderOverride summary = [&](const Value* v, std::string* out) {
+    if (v->kind == Kind::kPersistentId) {
+      const std::vector<Value*>* f = Sequence(v->pid);
+      if (!f || f->size() < 3) return false;
+      out->append("<storage ").append(Render((*f)[2], 2, 256)).append(1, '>');
+      return true;
+    }
+    auto it = v->kind == Kind::kObject ? by_offset.find(v->offset) : by_offset.end();
+    if (it == by_offset.end()) return false;
+    const TorchTensor& t = *it->second;
+    out->append("<tensor '").append(t.name).append("' ").append(DTypeName(t.dtype)).append(1, '[');
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) out->append(", ");
+      out->append(std::to_string(t.shape[i]));
+    }
+    out->append(1, ']');
+    if (t.is_parameter) *out += " param";
+    if (t.dtensor_local) *out += " dtensor";
+    if (t.sharded_local) *out += " shard";
+    if (t.quantized) *out += " quantized";
+    *out += ">";
+    return true;
+  };
+  return Render(pickle.root, pickle.max_depth, max_chars, summary);
 }
 
 }  // namespace zckpt::pickle

@@ -49,6 +49,7 @@ struct TorchTensor {
   bool dtensor_local = false;    // the local tensor of a DTensor; global view in `extra`
   bool sharded_local = false;    // a local shard of a ShardedTensor; shard metadata in `extra`
   std::string rebuild;           // the rebuild function: "_rebuild_tensor_v2", ...
+  uint64_t pickle_offset = 0;    // offset of the opcode that built the tensor's node (at `name`)
   // Compact JSON, "" when nothing to add:
   //   quantized: {"qscheme":"per_tensor_affine","scale":0.1,"zero_point":3} or
   //              {"qscheme":"per_channel_affine","axis":0}
@@ -86,5 +87,10 @@ struct TorchPickle {
 // shapes), naming the tensor; kUnsupported for a dtype or storage class this build does not
 // know.
 TorchPickle InterpretTorchPickle(const UnpickleResult& pickle);
+
+// Render() of the tree with each tensor shown as `<tensor 'name' float32[2, 3]>` (plus
+// ` param`, ` dtensor`, ` shard`, ` quantized` when set) and each storage persistent id as
+// `<storage 'key'>`: the one-line view a listing wants.
+std::string RenderTorch(const UnpickleResult& pickle, const TorchPickle& model, size_t max_chars = size_t{1} << 24);
 
 }  // namespace zckpt::pickle

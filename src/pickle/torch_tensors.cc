@@ -44,8 +44,12 @@ void PlaceInStorage(TorchTensor& t, const StorageRef& ref, const std::string& pa
   if (!empty) {
     // Highest element index + 1, in elements from the start of the (view of the) storage.
     unsigned __int128 end = static_cast<uint64_t>(t.storage_offset);
-    for (size_t i = 0; i < t.shape.size(); ++i)
+    for (size_t i = 0; i < t.shape.size(); ++i) {
       end += static_cast<unsigned __int128>(t.shape[i] - 1) * static_cast<uint64_t>(t.stride[i]);
+      // Each term is below 2^126, so stopping as soon as the sum leaves 64 bits keeps it from
+      // wrapping (16 terms of 2^124 add up to 2^128 == 0).
+      if (end > UINT64_MAX) Corrupt(path, "extent overflows 64 bits");
+    }
     end += 1;
     if (end * element > ref.view_nbytes)
       Corrupt(path, "reaches element " + std::to_string(static_cast<uint64_t>(end - 1)) + " (" +
@@ -117,6 +121,7 @@ TensorFinding TensorInterpreter::Plain(std::string_view fn, const std::vector<Va
   TensorFinding f;
   TorchTensor t;
   t.rebuild = std::string(fn);
+  if (!a[0] || a[0]->kind != Kind::kPersistentId) Corrupt(path, "storage argument is not a storage persistent id");
   const StorageRef& ref = storages_.Resolve(a[0]);
   t.dtype = storages_.storages()[ref.index].dtype;
   auto offset = AsInt(a[1]);

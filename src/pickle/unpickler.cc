@@ -82,10 +82,13 @@ class Machine {
       Fail("more than " + std::to_string(options_.max_nodes) + " objects (max_nodes)");
     return arena_->New(kind, op_offset_);
   }
-  Value* NewText(Kind kind, std::string_view text) {
-    total_bytes_ += text.size();
+  void CountBytes(uint64_t n) {
+    total_bytes_ += n;
     if (total_bytes_ > options_.max_total_bytes)
       Fail("more than " + std::to_string(options_.max_total_bytes) + " bytes of str/bytes data (max_total_bytes)");
+  }
+  Value* NewText(Kind kind, std::string_view text) {
+    CountBytes(text.size());
     Value* v = New(kind);
     v->text.assign(text);
     return v;
@@ -178,8 +181,8 @@ class Machine {
     if (seen_globals_.insert(key).second)
       globals_.push_back({std::string(module), std::string(name), op_offset_});
     Value* g = NewText(Kind::kGlobal, module);
+    CountBytes(name.size());
     g->name.assign(name);
-    total_bytes_ += name.size();
     return g;
   }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pickle/value.h"
+#include "zckpt/error.h"
 
 namespace zckpt::pickle {
 

@@ -127,7 +127,8 @@ bool IsOrderedDict(const Value* v) {
 
 class Renderer {
  public:
-  Renderer(size_t max_depth, size_t max_chars) : max_depth_(max_depth), max_chars_(max_chars) {}
+  Renderer(size_t max_depth, size_t max_chars, const RenderOverride& override)
+      : max_depth_(max_depth), max_chars_(max_chars), override_(override) {}
 
   void Node(const Value* v) {
     // Shared subtrees render once per reference, so a small pickle can describe an enormous
@@ -138,6 +139,7 @@ class Renderer {
       return;
     }
     if (!v) { out_ += "<null>"; return; }
+    if (override_ && override_(v, &out_)) return;
     if (std::find(active_.begin(), active_.end(), v) != active_.end()) {
       out_ += CycleMark(v->kind);
       return;
@@ -248,6 +250,7 @@ class Renderer {
 
   size_t max_depth_;
   size_t max_chars_;
+  const RenderOverride& override_;
   bool truncated_ = false;
   std::vector<const Value*> active_;
   std::string out_;
@@ -255,8 +258,8 @@ class Renderer {
 
 }  // namespace
 
-std::string Render(const Value* v, size_t max_depth, size_t max_chars) {
-  Renderer r(max_depth, max_chars);
+std::string Render(const Value* v, size_t max_depth, size_t max_chars, const RenderOverride& override) {
+  Renderer r(max_depth, max_chars, override);
   r.Node(v);
   return r.Take();
 }

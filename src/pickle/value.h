@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,7 +99,10 @@ const Value* DictGet(const Value* v, std::string_view key);
 // A node already being rendered (a cycle) shows as [...], {...}, (...) or <...>; nesting deeper
 // than `max_depth` shows as `...`, and so does everything after the first `max_chars` characters
 // (memo sharing lets a few bytes of pickle describe an exponentially large rendering).
-std::string Render(const Value* v, size_t max_depth = 1000, size_t max_chars = size_t{1} << 24);
+// `override`, when given, may render a node itself: it appends to *out and returns true.
+using RenderOverride = std::function<bool(const Value*, std::string* out)>;
+std::string Render(const Value* v, size_t max_depth = 1000, size_t max_chars = size_t{1} << 24,
+                   const RenderOverride& override = nullptr);
 
 // Python float repr (shortest round trip, exponent form outside 1e-4 <= |x| < 1e16).
 std::string FormatFloat(double x);

@@ -90,6 +90,8 @@ TEST(Legacy, ViewsResolveToTheirRoot) {
   EXPECT_EQ(l.model.tensors[1].name, "view");
   EXPECT_EQ(l.model.tensors[1].storage, 0u);
   EXPECT_EQ(l.model.tensors[1].storage_offset, 5);
+  EXPECT_NE(RenderTorch(l.objects, l.model).find("'view': <tensor 'view' float32[3]>"), std::string::npos)
+      << RenderTorch(l.objects, l.model);
 }
 
 // Copies of basic.pt with one thing broken.

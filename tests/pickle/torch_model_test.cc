@@ -223,6 +223,21 @@ TEST_F(TorchFiles, StateDictAndOptimizerNames) {
   EXPECT_NE(Find(opt.model, "state.3.exp_avg_sq"), nullptr);
 }
 
+TEST_F(TorchFiles, RenderTorchSummarizesTensors) {
+  Loaded sd = Load(dir, "state_dict");
+  std::string text = RenderTorch(sd.pickle, sd.model);
+  EXPECT_EQ(text.rfind("OrderedDict({'0.weight': <tensor '0.weight' float32[8, 4]>, '0.bias': <tensor '0.bias' float32[8]>", 0), 0u)
+      << text;
+  Loaded dt = Load(dir, "dtensor");
+  std::string d = RenderTorch(dt.pickle, dt.model);
+  EXPECT_NE(d.find("'param': <tensor 'param' float32[2, 2] param dtensor>"), std::string::npos) << d;
+  Loaded q = Load(dir, "quantized");
+  EXPECT_NE(RenderTorch(q.pickle, q.model).find("<tensor 'q' quint8[3] quantized>"), std::string::npos);
+  // Without a model the persistent ids still read as storages.
+  EXPECT_NE(RenderTorch(sd.pickle, TorchPickle{}).find("(<storage '0'>, 0, (8, 4), (4, 1), False, OrderedDict({}))"),
+            std::string::npos) << RenderTorch(sd.pickle, TorchPickle{});
+}
+
 TEST_F(TorchFiles, ShardedTensorAsTorchWritesItIsRefused) {
   // torch pickles the nested ProcessGroupState class through `__builtin__ getattr`.
   Error e = testing::CatchError([&] { Unpickle(testing::ReadBytes(dir + "/sharded_real.pkl")); });
