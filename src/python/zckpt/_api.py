@@ -54,7 +54,11 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True):
             devices[key] = "cpu" if dev is None else str(dev)
         raw = _C.load_storages(path, devices, verify)
 
+    restored = {}  # key -> storage handed out: each storage is restored (and mapped) once
+
     def storage_for_key(key, location, dtype):
+        if key in restored:
+            return restored[key]
         if key not in raw:
             raise CorruptError(f"{path}: the pickle names storage '{key}', which the container does not hold")
         untyped = raw[key].untyped_storage()
@@ -62,9 +66,17 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True):
             moved = map_location(untyped, location)
             if moved is not None:
                 untyped = moved if isinstance(moved, torch.UntypedStorage) else moved.untyped_storage()
+        restored[key] = untyped
         return untyped
 
     return unpickle(pickle_bytes, storage_for_key, weights_only=weights_only, legacy=legacy)
+
+
+def _local(t):
+    # A DTensor (FSDP2 state dicts) is filled through its local shard, which is what the
+    # container holds under the DTensor's name; the wrapper itself has no data of its own.
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
 
 
 def _named_tensors(target):
@@ -119,7 +131,7 @@ def load_into(f, target, strict=True, *, verify=True):
     path = _path(f)
     named = _named_tensors(target)
     with torch.no_grad():
-        missing, unexpected = _C.load_into(path, [(n, t.detach()) for n, t in named], strict, verify)
+        missing, unexpected = _C.load_into(path, [(n, _local(t).detach()) for n, t in named], strict, verify)
     if isinstance(target, torch.optim.Optimizer):
         _restore_optimizer_hyperparameters(path, target)
     return missing, unexpected
