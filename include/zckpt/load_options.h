@@ -26,8 +26,9 @@ struct LoadOptions {
   unsigned reader_threads = 2;  // threads reading + checking chunks (>= 1)
   bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
   ReadMethod method = ReadMethod::kAuto;
-  // CPU destinations: read large uncompressed chunks straight into the destination instead of a
-  // slot + memcpy. On by default (one copy less); off forces every byte through the ring.
+  // CPU destinations: read (or decode) the chunks of storages >= 64 KiB straight into the
+  // destination instead of a slot + memcpy. On by default (one copy less, ~2x faster measured);
+  // off forces every byte through the ring. Small storages are always packed into slots.
   bool cpu_read_into_destination = true;
   // Called on the calling thread after each slot is delivered: raw bytes done, raw bytes total.
   std::function<void(uint64_t, uint64_t)> progress;

@@ -1,6 +1,7 @@
 #include "loader/chunk_reader.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -133,6 +134,21 @@ class SpanHasher {
   uint64_t fed_ = 0;  // span bytes of the current chunk hashed so far end here
 };
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL and nothing changes
+#endif
+
+// Fresh destination memory costs a page fault per 4 KiB when the read first writes it; asking
+// the kernel to populate the whole range in one call measured ~30% cheaper (1.3 s -> 0.93 s per
+// GiB here), and fault cost is most of a CPU load's time (a 1 GiB load: 1.73 s -> 2.0 s without). Rounding out to whole pages is safe:
+// those pages are mapped (they hold dst's first and last bytes), and populating changes no byte.
+void PopulateForWrite(uint8_t* dst, uint64_t len) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(dst) / page * page;
+  uintptr_t end = (reinterpret_cast<uintptr_t>(dst) + len + page - 1) / page * page;
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+}
+
 // Small enough to still be in L2 when hashed right after the read; a multiple of 4 KiB for
 // O_DIRECT.
 constexpr uint64_t kReadPiece = 512 << 10;
@@ -175,6 +191,7 @@ void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
     format::ChunkRecord r = c_.chunk(i);
     uint8_t* dst = d.of(i)[0].dst;
     if (IsZstd(r)) {
+      PopulateForWrite(dst, r.raw_bytes);
       c_.ReadChunk(i, dst, verify_);
       c_.file().Release(r.offset, r.stored_bytes);
       ++i;
@@ -187,6 +204,7 @@ void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
       if (IsZstd(n) || n.offset != r.offset + len || d.of(j)[0].dst != dst + len) break;
       len += n.raw_bytes;
     }
+    PopulateForWrite(dst, len);
     ReadSpan(r.offset, r.offset + len, dst, i, j, d);
     i = j;
   }

@@ -131,7 +131,7 @@ TEST(Map, ReadsNoDataOfALargeFile) {
       w.BeginStorage(s, static_cast<uint64_t>(cols) * 4);
       for (int k = 0; k < 16; ++k) w.AppendStorage(block);
       w.EndStorage();
-      w.AddTensor(NewTensor{"t" + std::to_string(i), static_cast<uint32_t>(i), DType::kFloat32, {cols}, {1}, 0, 0, ""});
+      w.AddTensor(NewTensor{std::string("t").append(std::to_string(i)), static_cast<uint32_t>(i), DType::kFloat32, {cols}, {1}, 0, 0, ""});
     }
     w.Commit();
   }

@@ -91,11 +91,13 @@ def child(kind, path, nbytes):
 
         keep.append(load_file(path, device="cuda"))
     elif kind == "memcpy":
-        dst = np.empty_like(src)
+        # torch.empty, not np.empty: numpy madvises large arrays MADV_HUGEPAGE, which made first
+        # touch 2-3x slower here (THP compaction); loaders' destinations are torch allocations.
+        dst = torch.empty(nbytes, dtype=torch.uint8).numpy()
         np.copyto(dst, src)
         keep.append(dst)
     elif kind == "read":
-        dst = np.empty(os.path.getsize(path), np.uint8)
+        dst = torch.empty(os.path.getsize(path), dtype=torch.uint8).numpy()
         with open(path, "rb", buffering=0) as f:
             f.readinto(memoryview(dst))
         keep.append(dst)
