@@ -61,6 +61,10 @@ std::optional<int64_t> BigIntToInt64(std::string_view le) {
 }
 
 std::string BigIntToDecimal(std::string_view le) {
+  if (le.size() > kMaxDecimalBytes) {
+    std::string out(1, '<');
+    return out.append(std::to_string(le.size())).append("-byte int>");
+  }
   std::vector<uint8_t> mag = Magnitude(le);
   std::string digits;
   while (!IsZero(mag)) digits.push_back(static_cast<char>('0' + DivMod10(mag)));

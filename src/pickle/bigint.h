@@ -2,6 +2,7 @@
 // LONG1/LONG4 payload). Only conversions are needed; nothing here does arithmetic on values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,7 +12,10 @@ namespace zckpt::pickle {
 
 // The value of a LONG1/LONG4 payload when it fits int64 (an empty payload is 0).
 std::optional<int64_t> BigIntToInt64(std::string_view le_bytes);
-// Decimal text of a two's complement little-endian payload ("-123", "0").
+// Decimal text of a two's complement little-endian payload ("-123", "0"). The conversion is
+// quadratic, so a payload over kMaxDecimalBytes (about 2,500 digits) gives "<N-byte int>"
+// instead (Python itself refuses int->str beyond 4,300 digits).
+constexpr size_t kMaxDecimalBytes = 1024;
 std::string BigIntToDecimal(std::string_view le_bytes);
 // Parses optional sign + decimal digits into the minimal two's complement little-endian
 // payload; nullopt when `text` is not of that form.

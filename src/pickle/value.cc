@@ -96,7 +96,14 @@ std::string FormatFloat(double x) {
 namespace {
 
 // Python-style quoting; `bytes` escapes everything outside printable ASCII, text keeps UTF-8.
-std::string Quote(std::string_view s, bool bytes) {
+// At most `limit` bytes of `s` are shown (cut on a UTF-8 boundary), then "...".
+std::string Quote(std::string_view s, bool bytes, size_t limit) {
+  bool cut = s.size() > limit;
+  if (cut) {
+    size_t n = limit;
+    while (!bytes && n > 0 && (static_cast<uint8_t>(s[n]) & 0xC0) == 0x80) --n;
+    s = s.substr(0, n);
+  }
   std::string out = "'";
   for (char ch : s) {
     auto c = static_cast<uint8_t>(ch);
@@ -116,7 +123,9 @@ std::string Quote(std::string_view s, bool bytes) {
         }
     }
   }
-  return out + "'";
+  if (cut) out += "...";
+  out.push_back('\'');
+  return out;
 }
 
 bool IsOrderedDict(const Value* v) {
@@ -162,6 +171,9 @@ class Renderer {
     }
   }
 
+  // Characters left before max_chars (strings are cut to it).
+  size_t Budget() const { return max_chars_ > out_.size() ? max_chars_ - out_.size() : 0; }
+
   void Join(const std::vector<Value*>& items) {
     for (size_t i = 0; i < items.size() && !truncated_; ++i) {
       if (i) out_ += ", ";
@@ -187,10 +199,10 @@ class Renderer {
       case Kind::kInt: out_ += std::to_string(v->integer); break;
       case Kind::kBigInt: out_ += BigIntToDecimal(v->text); break;
       case Kind::kFloat: out_ += FormatFloat(v->real); break;
-      case Kind::kString: out_ += Quote(v->text, false); break;
+      case Kind::kString: out_ += Quote(v->text, false, Budget()); break;
       case Kind::kBytes:
         out_ += v->bytearray ? "bytearray(b" : "b";
-        out_ += Quote(v->text, true);
+        out_ += Quote(v->text, true, Budget());
         if (v->bytearray) out_ += ')';
         break;
       case Kind::kTuple:

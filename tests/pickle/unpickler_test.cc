@@ -222,6 +222,18 @@ TEST(Unpickler, LimitsAreEnforced) {
   testing::ExpectUnpickleError(ToBytes("]]]]aaa."), ErrorKind::kCorrupt, "offset 6: nesting deeper than 3", depth);
 }
 
+TEST(Unpickler, LongValuesRenderWithinTheBudget) {
+  // A 1 MB string and a 2000-byte integer: rendering stays short and fast.
+  std::string text(1 << 20, 'x');
+  text.replace(5, 2, "\xc3\xa9");
+  UnpickleResult s = Unpickle(PickleBuilder().Proto(4).Op(0x8d).LE(text.size(), 8).Raw(text).Stop().bytes());
+  EXPECT_EQ(Render(s.root, 1000, 6), "'xxxxx...'");   // cut before the two-byte character
+  EXPECT_EQ(Render(s.root, 1000, 7), "'xxxxx\xc3\xa9...'");
+  UnpickleResult n = Unpickle(PickleBuilder().Proto(2).Op(0x8b).LE(2000, 4).Raw(std::string(2000, '\x11')).Stop().bytes());
+  EXPECT_EQ(n.root->kind, Kind::kBigInt);
+  EXPECT_EQ(Render(n.root), "<2000-byte int>");
+}
+
 TEST(Unpickler, CycleAndDepthCapsInRendering) {
   // [[[[1]]]] rendered with room for two levels.
   UnpickleResult r = Unpickle(ToBytes("]]]]K\x01" "aaaa."));
