@@ -107,6 +107,22 @@ def converted(family, zckpt, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def verified(converted, zckpt):
+    """{name: this file's entry of one `zckpt verify --json` over every converted file}, and the run."""
+    names = [name for name, (run, _) in converted.items() if run.rc == 0]
+    run = zckpt("verify", "--json", *(converted[n][1] for n in names))
+    return dict(zip(names, run.json())), run
+
+
+@pytest.fixture(scope="session")
+def exported(converted, zckpt, tmp_path_factory):
+    """{name: Run of `zckpt export` of the converted file, path of the .pt it wrote}."""
+    out = tmp_path_factory.mktemp("exported")
+    return {name: (zckpt("export", dst, "-o", out / name), out / name)
+            for name, (run, dst) in converted.items() if run.rc == 0}
+
+
+@pytest.fixture(scope="session")
 def listings(converted, zckpt):
     """{name: `zckpt ls --json` of the converted file} for the files that converted."""
     return {name: zckpt.ls(dst) for name, (run, dst) in converted.items() if run.rc == 0}
