@@ -175,6 +175,9 @@ def test_optimizer_after_a_step(tmp_path):
         assert torch.equal(a, b), name
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG src/python/zckpt/_api.py load_into(): the param-group count is checked in "
+    "_restore_optimizer_hyperparameters after _C.load_into already overwrote the state (state.0.step 1 -> 3)"))
 def test_optimizer_param_group_mismatch_refused_before_any_write(tmp_path):
     """optimizer.load_state_dict refuses a different number of param groups before touching
     anything; load_into must too (its state tensors match by index, so only the groups differ)."""
@@ -278,6 +281,9 @@ def test_wrong_target_type():
         zckpt.load_into(os.devnull, [torch.zeros(1)])
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG converter/LoadInto: a tensor object saved under two names gets one record (the first name); "
+    "load_into reports the second (head.weight) missing and leaves it unfilled"))
 def test_tied_weight_saved_once_fills_both_names(tmp_path):
     """A state dict holding the same tensor under two names (tied embedding and head, e.g.
     dict(model.named_parameters(remove_duplicate=False))) loads with load_state_dict(strict=True);
@@ -294,34 +300,66 @@ def test_tied_weight_saved_once_fills_both_names(tmp_path):
     assert torch.equal(target["head.weight"], src.embed.weight.detach())
 
 
-def test_dtensor_targets(family, tmp_path):
-    """verl's FSDP2 case: the model state dict holds DTensors. load_into with DTensor targets
-    must fill their local shards (or refuse with an error), never crash the interpreter.
-    Run in a child process: the failure mode seen is a segmentation fault."""
-    path = family.zckpt("model_world_size_1_rank_0.pt")
-    script = textwrap.dedent(f"""
-        import sys, torch
-        sys.path.insert(0, {HERE!r})
-        import zckpt_testing, torch_family, zckpt
+def _run_child(body, timeout=120):
+    """Runs `body` in a fresh interpreter (a crash must not take the suite down)."""
+    script = f"import sys\nsys.path.insert(0, {HERE!r})\nimport zckpt_testing, torch_family, torch, zckpt\n" + body
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+
+
+def test_dtensor_targets(family):
+    """verl's FSDP2 case: the model state dict holds DTensors; load_into fills their local
+    shards. Run in a child process: the failure mode once seen is a segmentation fault."""
+    r = _run_child(textwrap.dedent(f"""
         torch_family.ensure_process_group()
         want = torch.load({family.pt("model_world_size_1_rank_0.pt")!r}, weights_only=False)
         target = {{k: torch.zeros_like(v) for k, v in want.items()}}
-        try:
-            missing, unexpected = zckpt.load_into({path!r}, target, strict=False)
-        except zckpt.ZckptError as e:
-            print("REFUSED", e)
-            sys.exit(0)
+        missing, unexpected = zckpt.load_into({family.zckpt("model_world_size_1_rank_0.pt")!r}, target, strict=False)
         assert missing == [], missing
         for k, v in want.items():
             assert type(target[k]).__name__ == "DTensor", k
             assert torch.equal(target[k].to_local(), v.to_local()), k
         print("LOADED", len(want))
-    """)
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    """))
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
-    assert "LOADED 4" in r.stdout or "REFUSED" in r.stdout
+    assert "LOADED 4" in r.stdout
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG src/loader/load_into.cc Mismatch(): a tensor subclass without storage of its own (a "
+    "__torch_dispatch__ wrapper such as TwoTensor) is accepted and its null data_ptr() written to: SIGSEGV"))
+def test_wrapper_subclass_target_is_refused_not_crashed(tmp_path):
+    pytest.importorskip("torch.testing._internal.two_tensor")
+    _, path = save_converted({"w": torch.arange(12.0).reshape(3, 4)}, tmp_path, "w")
+    r = _run_child(textwrap.dedent(f"""
+        from torch.testing._internal.two_tensor import TwoTensor
+        target = {{"w": TwoTensor(torch.zeros(3, 4), torch.zeros(3, 4))}}
+        try:
+            zckpt.load_into({path!r}, target)
+        except zckpt.ZckptError as e:
+            print("REFUSED", e)
+        else:
+            assert torch.equal(target["w"].a, torch.arange(12.0).reshape(3, 4))
+            print("LOADED")
+    """))
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert "REFUSED" in r.stdout and "'w'" in r.stdout or "LOADED" in r.stdout
+
+
+def _device_mesh_holds_a_tensor():
+    """torch 2.15's DeviceMesh pickles an int tensor `_rank_map` with every DTensor."""
+    try:
+        import inspect
+
+        from torch.distributed.device_mesh import DeviceMesh
+
+        return "_rank_map" in inspect.getsource(DeviceMesh)
+    except Exception:  # noqa: BLE001 - no torch.distributed, no source: no such tensor
+        return False
+
+
+@pytest.mark.xfail(_device_mesh_holds_a_tensor(), strict=True, reason=(
+    "BUG: DTensor files carry a tensor record 'model.embed_tokens.weight._spec.mesh._rank_map' (DeviceMesh "
+    "internal), which load_into reports as unexpected, so strict=True refuses a verl FSDP2 model shard"))
 def test_dtensor_local_shards_and_strict(family):
     """The documented way for DTensors today: targets are the local shards. strict=True must
     accept a file whose only tensors are the model's (the DeviceMesh's internal tensor that
