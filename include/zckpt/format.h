@@ -67,7 +67,10 @@ inline constexpr uint32_t kTensorNeg = 1u << 3;
 inline constexpr uint32_t kTensorDTensorLocal = 1u << 4;
 inline constexpr uint32_t kTensorShardedLocal = 1u << 5;
 inline constexpr uint32_t kTensorQuantized = 1u << 6;
-inline constexpr uint32_t kKnownTensorFlags = (1u << 7) - 1;
+// A tensor inside another object's metadata (the DeviceMesh of a DTensor), not a state entry:
+// kept so every storage is described, skipped by name matching (load_into's unexpected names).
+inline constexpr uint32_t kTensorInternal = 1u << 7;
+inline constexpr uint32_t kKnownTensorFlags = (1u << 8) - 1;
 
 struct StringRef {
   uint32_t offset = 0;

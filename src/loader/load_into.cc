@@ -48,6 +48,10 @@ bool SavedContiguous(const TensorInfo& t) {
 // Why `target` cannot take `t`, or "" when it can.
 std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
   if (!target.defined()) return "target '" + name + "' is an undefined tensor";
+  // Wrapper subclasses (DTensor) have no storage of their own: writing through their
+  // data_ptr() would write to nothing. Their local tensor is the target.
+  if (!target.has_storage() || (target.numel() > 0 && target.data_ptr() == nullptr))
+    return "target '" + name + "' has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
   if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
   if (!target.is_cpu() && !target.is_cuda())
     return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
@@ -99,8 +103,9 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
     if (!why.empty()) problems.push_back(why);
     matched.emplace_back(&target, std::move(info));
   }
+  // Internal tensors (a DTensor's DeviceMesh) are not state entries: never "unexpected".
   for (uint32_t i = 0; i < c->tensor_count(); ++i)
-    if (!wanted[i]) report.unexpected.emplace_back(c->tensor(i).name);
+    if (!wanted[i] && !(c->tensor(i).flags & format::kTensorInternal)) report.unexpected.emplace_back(c->tensor(i).name);
   if (options.strict && (!report.missing.empty() || !report.unexpected.empty())) {
     std::string keys;
     if (!report.missing.empty()) keys = "Missing key(s): " + Quoted(report.missing);

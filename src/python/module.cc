@@ -87,11 +87,11 @@ py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std
   return StoragesToDict(storages);
 }
 
-py::dict MapStorages(const std::string& path) {
+py::dict MapStoragesToDict(const std::string& path) {
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
-    storages = Map(path).storages_by_key;
+    storages = MapStorages(path).storages_by_key;  // storages only: quantized files map too
   }
   return StoragesToDict(storages);
 }
@@ -171,7 +171,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("describe", &zckpt::Describe, py::arg("path"));
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
   m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
-  m.def("map_storages", &zckpt::MapStorages, py::arg("path"));
+  m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"));
   m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
         py::arg("verify") = true);
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,

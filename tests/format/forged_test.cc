@@ -410,7 +410,7 @@ TEST_F(Forged, EmptyTensorMayPointAnywhere) {
 }
 
 TEST_F(Forged, TensorUnknownFlags) {
-  f.Set32(tensor(1) + 32, 1u << 7);
+  f.Set32(tensor(1) + 32, 1u << 8);
   ExpectCorrupt("tensor record 1: unknown flags");
 }
 

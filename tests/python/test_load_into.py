@@ -175,9 +175,6 @@ def test_optimizer_after_a_step(tmp_path):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG src/python/zckpt/_api.py load_into(): the param-group count is checked in "
-    "_restore_optimizer_hyperparameters after _C.load_into already overwrote the state (state.0.step 1 -> 3)"))
 def test_optimizer_param_group_mismatch_refused_before_any_write(tmp_path):
     """optimizer.load_state_dict refuses a different number of param groups before touching
     anything; load_into must too (its state tensors match by index, so only the groups differ)."""
@@ -281,9 +278,6 @@ def test_wrong_target_type():
         zckpt.load_into(os.devnull, [torch.zeros(1)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG converter/LoadInto: a tensor object saved under two names gets one record (the first name); "
-    "load_into reports the second (head.weight) missing and leaves it unfilled"))
 def test_tied_weight_saved_once_fills_both_names(tmp_path):
     """A state dict holding the same tensor under two names (tied embedding and head, e.g.
     dict(model.named_parameters(remove_duplicate=False))) loads with load_state_dict(strict=True);
@@ -324,9 +318,6 @@ def test_dtensor_targets(family):
     assert "LOADED 4" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG src/loader/load_into.cc Mismatch(): a tensor subclass without storage of its own (a "
-    "__torch_dispatch__ wrapper such as TwoTensor) is accepted and its null data_ptr() written to: SIGSEGV"))
 def test_wrapper_subclass_target_is_refused_not_crashed(tmp_path):
     pytest.importorskip("torch.testing._internal.two_tensor")
     _, path = save_converted({"w": torch.arange(12.0).reshape(3, 4)}, tmp_path, "w")
@@ -357,9 +348,6 @@ def _device_mesh_holds_a_tensor():
         return False
 
 
-@pytest.mark.xfail(_device_mesh_holds_a_tensor(), strict=True, reason=(
-    "BUG: DTensor files carry a tensor record 'model.embed_tokens.weight._spec.mesh._rank_map' (DeviceMesh "
-    "internal), which load_into reports as unexpected, so strict=True refuses a verl FSDP2 model shard"))
 def test_dtensor_local_shards_and_strict(family):
     """The documented way for DTensors today: targets are the local shards. strict=True must
     accept a file whose only tensors are the model's (the DeviceMesh's internal tensor that

@@ -9,13 +9,8 @@ import torch
 
 import zckpt
 from torch_family import assert_deep_equal
-from zckpt_testing import mapped_ranges, mmap_load_error, sha256, storage_ptrs, tensors_in
+from zckpt_testing import mapped_ranges, sha256, storage_ptrs, tensors_in
 
-# A regression at HEAD (bb02c56) makes every mmap=True load raise; the mark is conditional on a
-# probe so that it lifts itself once src/python/module.cc binds its own MapStorages again.
-_MAP_ERROR = mmap_load_error()
-maps = pytest.mark.xfail(_MAP_ERROR is not None, strict=True,
-                         reason=f"BUG src/python/module.cc map_storages binds zckpt::MapStorages -> MapResult: {_MAP_ERROR}")
 
 
 def _inside(ptr, nbytes, ranges):
@@ -32,7 +27,6 @@ def container(family, tmp_path):
     return copy
 
 
-@maps
 @pytest.mark.parametrize("name", ["dtypes.pt", "shared_storage.pt", "strides.pt", "scalars_empty.pt",
                                   "legacy.pt", "module_state_dict.pt", "rng_states.pt"])
 def test_mmap_equals_torch_load(family, name):
@@ -41,7 +35,6 @@ def test_mmap_equals_torch_load(family, name):
     assert {t.device.type for t in tensors_in(got)} == {"cpu"}
 
 
-@maps
 @pytest.mark.parametrize("name", ["dtypes.pt", "shared_storage.pt", "legacy.pt"])
 def test_mmap_data_lies_in_the_file_mapping(container, name):
     path = container(name)
@@ -58,7 +51,6 @@ def test_mmap_data_lies_in_the_file_mapping(container, name):
     assert checked >= 8
 
 
-@maps
 def test_mmap_shares_no_memory_with_a_regular_load(container):
     path = container("shared_storage.pt")
     mapped = zckpt.load(path, mmap=True, weights_only=False)
@@ -70,7 +62,6 @@ def test_mmap_shares_no_memory_with_a_regular_load(container):
     assert not any(_inside(p, 1, ranges) for p in storage_ptrs(loaded))
 
 
-@maps
 def test_mmap_writes_never_reach_the_file(container):
     path = container("module_state_dict.pt")
     before = sha256(path)
@@ -87,7 +78,6 @@ def test_mmap_writes_never_reach_the_file(container):
     assert_deep_equal(zckpt.load(path, weights_only=False), second)
 
 
-@maps
 def test_mmap_outlives_the_file_name(container):
     path = container("strides.pt")
     got = zckpt.load(path, mmap=True, weights_only=False)
@@ -97,7 +87,6 @@ def test_mmap_outlives_the_file_name(container):
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
-@maps
 def test_mapping_released_with_the_tensors(container):
     path = container("dtypes.pt")
     got = zckpt.load(path, mmap=True, weights_only=False)
@@ -107,7 +96,6 @@ def test_mapping_released_with_the_tensors(container):
     assert mapped_ranges(path) == []
 
 
-@maps
 def test_mmap_of_zstd_chunks_decodes_into_owned_memory(family, tmp_path):
     path = str(tmp_path / "compressible.zckpt")
     stats = zckpt.convert(family.pt("compressible.pt"), path, zstd_level=3)
@@ -124,7 +112,6 @@ def test_mmap_refuses_non_cpu_map_location(family, map_location):
         zckpt.load(family.zckpt("strides.pt"), mmap=True, map_location=map_location)
 
 
-@maps
 @pytest.mark.parametrize("map_location", [None, "cpu", torch.device("cpu")])
 def test_mmap_accepts_cpu_map_location(family, map_location):
     got = zckpt.load(family.zckpt("strides.pt"), mmap=True, map_location=map_location, weights_only=True)

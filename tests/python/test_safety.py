@@ -127,9 +127,6 @@ def test_weights_only_runs_nothing(tmp_path):
     assert marker.exists() and got["side_effect"] == str(marker)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG src/python/zckpt/_api.py _restore_optimizer_hyperparameters: replays the pickle with "
-    "weights_only=False, so load_into(path, optimizer) runs globals from the file"))
 def test_load_into_optimizer_runs_nothing(tmp_path):
     """load_into never asks for weights_only=False, so nothing from the file may run: restoring
     an optimizer's param_groups must not call a global the pickle names (the converter keeps

@@ -173,20 +173,3 @@ def touch(path):
     with open(path, "w") as f:
         f.write("ran")
     return path
-
-
-def mmap_load_error():
-    """Why zckpt.load(mmap=True) of a tiny container fails in this build, or None when it works.
-    (At bb02c56 the loader gained zckpt::MapStorages returning MapResult, which src/python/module.cc's
-    `m.def("map_storages", &zckpt::MapStorages)` now binds instead of its own dict-returning helper.)"""
-    import tempfile
-
-    import zckpt
-
-    with tempfile.TemporaryDirectory() as d:
-        _, path = save_converted({"t": torch.arange(4.0)}, d, "probe")
-        try:
-            zckpt.load(path, mmap=True)
-        except Exception as e:  # noqa: BLE001 - any failure is the answer
-            return f"{type(e).__name__}: {e}".replace("\n", " ")
-    return None

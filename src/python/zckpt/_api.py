@@ -107,33 +107,50 @@ def _named_tensors(target):
     raise TypeError(f"load_into takes an nn.Module, an optimizer or a state dict, not {type(target).__name__}")
 
 
-def _restore_optimizer_hyperparameters(path, optimizer):
-    # The kept pickle, replayed with every storage on the meta device: no tensor memory at
-    # all, just the param_groups (lr, betas, ...) that are not tensors.
+def _saved_param_groups(path, optimizer, weights_only):
+    """The saved param_groups (lr, betas, ...), checked against the optimizer's groups.
+
+    The kept pickle is replayed with every storage on the meta device: no tensor memory at all,
+    and through torch's weights-only unpickler unless the caller says otherwise, so nothing the
+    file names runs."""
     pickle_bytes = _C.read_blob(path, "data.pkl")
     meta = unpickle(pickle_bytes, lambda key, loc, dtype: torch.UntypedStorage(0, device="meta"),
-                    weights_only=False, legacy=False)
-    saved_groups = meta.get("param_groups", [])
+                    weights_only=weights_only, legacy=False)
+    saved_groups = meta.get("param_groups", []) if isinstance(meta, dict) else []
     if len(saved_groups) != len(optimizer.param_groups):
-        raise ValueError(f"{path}: {len(saved_groups)} param groups saved, optimizer has {len(optimizer.param_groups)}")
+        raise ValueError(f"{path}: {len(saved_groups)} param groups saved, optimizer has "
+                         f"{len(optimizer.param_groups)}")
+    for i, (group, saved) in enumerate(zip(optimizer.param_groups, saved_groups)):
+        if len(saved.get("params", [])) != len(group["params"]):
+            raise ValueError(f"{path}: param group {i} saved with {len(saved.get('params', []))} parameters, "
+                             f"the optimizer's has {len(group['params'])}")
+    return saved_groups
+
+
+def _restore_param_groups(optimizer, saved_groups):
     for group, saved in zip(optimizer.param_groups, saved_groups):
         for k, v in saved.items():
             if k != "params":
                 group[k] = v
 
 
-def load_into(f, target, strict=True, *, verify=True):
+def load_into(f, target, strict=True, *, verify=True, weights_only=True):
     """Copies the checkpoint's tensors into existing tensors, in place, on whatever device each
     lives on: every data_ptr() stays. dtype and shape are checked for every target before the
     first byte moves. strict=True refuses missing and unexpected names, as load_state_dict does.
     Returns (missing, unexpected) names. An optimizer must already hold its state tensors (after
-    one step, or a previous load); its param_groups' hyper-parameters are restored too."""
+    one step, or a previous load); its param_groups' hyper-parameters are restored too, read with
+    torch's weights-only unpickler unless weights_only=False."""
     path = _path(f)
     named = _named_tensors(target)
+    saved_groups = None
+    if isinstance(target, torch.optim.Optimizer):
+        # Checked before any tensor is touched, as optimizer.load_state_dict does.
+        saved_groups = _saved_param_groups(path, target, weights_only)
     with torch.no_grad():
         missing, unexpected = _C.load_into(path, [(n, _local(t).detach()) for n, t in named], strict, verify)
-    if isinstance(target, torch.optim.Optimizer):
-        _restore_optimizer_hyperparameters(path, target)
+    if saved_groups is not None:
+        _restore_param_groups(target, saved_groups)
     return missing, unexpected
 
 
