@@ -3,29 +3,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "pickle/json_writer.h"
+
 namespace zckpt::cli {
 
-std::string JsonEscape(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);  // UTF-8 passes through
-        }
-    }
-  }
-  return out + "\"";
-}
+// One escaping rule for every JSON zckpt writes: the pickle layer's (tensors' `extra`).
+std::string JsonEscape(std::string_view s) { return pickle::JsonString(s); }
 
 void JsonWriter::Separate() {
   if (after_key_) {
