@@ -43,8 +43,8 @@ std::vector<std::string> ReadKeys(const Value* keys) {
   if (!items) Corrupt("the storage key list is not a list");
   std::vector<std::string> out;
   for (const Value* k : *items) {
-    auto s = AsText(k);
-    if (!s) Corrupt("a storage key is not a string");
+    auto s = AsShortText(k);
+    if (!s) Corrupt("a storage key is not a string of at most " + std::to_string(kMaxShortText) + " bytes");
     out.push_back(*s);
   }
   return out;

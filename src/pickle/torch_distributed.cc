@@ -7,6 +7,11 @@ namespace zckpt::pickle {
 
 namespace {
 
+// Longest lists read per tensor (placements, mesh dimensions, local shards). A DeviceMesh is
+// shared by every DTensor through the memo, so without caps a huge one costs its size each time.
+constexpr size_t kMaxMeshDims = 64;
+constexpr size_t kMaxLocalShards = 4096;
+
 // Wrapper-subclass argument `i`: (cls, dtype, size, stride, offset, layout, device, requires_grad).
 const Value* WrapperArg(const Value* args, size_t i) {
   const std::vector<Value*>* a = Sequence(args);
@@ -32,7 +37,7 @@ std::string PlacementJson(const Value* p) {
     if (type != "Shard")
       if (auto sf = AsInt(Field(p, "split_factor", 1))) json.Int("split_factor", *sf);
   } else if (type.find("Partial") != std::string::npos) {
-    if (auto op = AsText(Field(p, "reduce_op", 0))) json.String("reduce_op", *op);
+    if (auto op = AsShortText(Field(p, "reduce_op", 0))) json.String("reduce_op", *op);
   }
   return json.str();
 }
@@ -42,7 +47,7 @@ std::string PlacementJson(const Value* p) {
 std::optional<int64_t> LayoutSize(const Value* shape, int depth = 0) {
   if (auto i = AsInt(shape)) return *i;
   const std::vector<Value*>* items = Sequence(shape);
-  if (!items || depth > 8) return std::nullopt;
+  if (!items || depth > 8 || items->size() > kMaxListInts) return std::nullopt;
   int64_t n = 1;
   for (const Value* item : *items) {
     auto s = LayoutSize(item, depth + 1);
@@ -60,7 +65,7 @@ std::optional<std::vector<int64_t>> MeshShape(const Value* mesh) {
   }
   const Value* layout = StateAttribute(mesh->state, "_layout");
   const std::vector<Value*>* axes = layout ? Sequence(StateAttribute(layout->state, "axes")) : nullptr;
-  if (!axes) return std::nullopt;
+  if (!axes || axes->size() > kMaxMeshDims) return std::nullopt;
   std::vector<int64_t> shape;
   for (const Value* axis : *axes) {
     auto n = LayoutSize(StateAttribute(axis->state, "shape"));
@@ -75,22 +80,22 @@ void AddMesh(const Value* mesh, JsonObject& json) {
   if (auto shape = MeshShape(mesh)) json.IntList("mesh_shape", *shape);
   const Value* names = StateAttribute(mesh->state, "_mesh_dim_names");
   if (!names) names = StateAttribute(mesh->state, "mesh_dim_names");
-  if (const std::vector<Value*>* items = Sequence(names)) {
+  if (const std::vector<Value*>* items = Sequence(names); items && items->size() <= kMaxMeshDims) {
     std::vector<std::string> out;
-    for (const Value* n : *items) out.push_back(AsText(n).value_or("?"));
+    for (const Value* n : *items) out.push_back(AsShortText(n).value_or("?"));
     json.Raw("mesh_dim_names", JsonStringList(out));
   }
   const Value* device = StateAttribute(mesh->state, "_device_type");
   if (!device) device = StateAttribute(mesh->state, "device_type");
-  if (auto d = AsText(device)) json.String("mesh_device_type", *d);
+  if (auto d = AsShortText(device)) json.String("mesh_device_type", *d);
 }
 
 // "rank:0/cpu" from a _remote_device (or its string form).
 std::optional<std::string> RemoteDevice(const Value* p) {
-  if (auto s = AsText(p)) return s;
+  if (auto s = AsShortText(p)) return s;
   if (!p || p->kind != Kind::kObject) return std::nullopt;
   auto device = AsDevice(StateAttribute(p->state, "_device"));
-  auto worker = AsText(StateAttribute(p->state, "_worker_name"));
+  auto worker = AsShortText(StateAttribute(p->state, "_worker_name"));
   auto rank = AsInt(StateAttribute(p->state, "_rank"));
   std::string who = worker ? *worker : rank ? "rank:" + std::to_string(*rank) : "";
   if (who.empty() && !device) return std::nullopt;
@@ -118,7 +123,9 @@ std::optional<DTensorParts> ReadDTensor(const Value* cls, const Value* wrapper_a
   if (!stride) stride = AsIntList(Field(meta, "stride", 1));
   if (shape) json.IntList("global_shape", *shape);
   if (stride) json.IntList("global_stride", *stride);
-  if (const std::vector<Value*>* placements = parts.spec ? Sequence(StateAttribute(parts.spec->state, "placements")) : nullptr) {
+  const std::vector<Value*>* placements =
+      parts.spec ? Sequence(StateAttribute(parts.spec->state, "placements")) : nullptr;
+  if (placements && placements->size() <= kMaxMeshDims) {
     std::string list = "[";
     for (size_t i = 0; i < placements->size(); ++i) {
       if (i) list += ',';
@@ -127,7 +134,7 @@ std::optional<DTensorParts> ReadDTensor(const Value* cls, const Value* wrapper_a
     json.Raw("placements", list + "]");
   }
   if (parts.spec) AddMesh(StateAttribute(parts.spec->state, "mesh"), json);
-  json.String("class", GlobalPath(cls));
+  json.String("class", ShortGlobalPath(cls));
   parts.extra = json.str();
   return parts;
 }
@@ -136,7 +143,7 @@ std::optional<ShardedTensorParts> ReadShardedTensor(const Value* cls, const Valu
   const std::vector<Value*>* fields = Sequence(state);
   if (!fields || fields->empty()) return std::nullopt;
   const std::vector<Value*>* local_shards = Sequence((*fields)[0]);
-  if (!local_shards) return std::nullopt;
+  if (!local_shards || local_shards->size() > kMaxLocalShards) return std::nullopt;
   const Value* metadata = fields->size() > 1 ? (*fields)[1] : nullptr;
   auto global_shape = AsIntList(Field(metadata, "size", 1));
   if (!global_shape) global_shape = AsIntList(WrapperArg(wrapper_args, 2));
@@ -153,7 +160,7 @@ std::optional<ShardedTensorParts> ReadShardedTensor(const Value* cls, const Valu
     if (auto offsets = AsIntList(Field(shard_meta, "shard_offsets", 0))) json.IntList("shard_offsets", *offsets);
     if (auto sizes = AsIntList(Field(shard_meta, "shard_sizes", 1))) json.IntList("shard_sizes", *sizes);
     if (auto placement = RemoteDevice(Field(shard_meta, "placement", 2))) json.String("placement", *placement);
-    json.String("class", GlobalPath(cls));
+    json.String("class", ShortGlobalPath(cls));
     sp.extra = json.str();
     parts.shards.push_back(std::move(sp));
   }

@@ -6,9 +6,11 @@
 // Tensor names are paths: dict keys and list/tuple indices joined with '.', e.g.
 // `layers.0.attn.weight`, `state.3.exp_avg`. An object's args, kwargs, APPENDed items,
 // SETITEMs and BUILD state appear at the object's own path (a module state_dict's entries
-// stay `weight`, not `weight.args`). A tensor reached twice (memo) is one tensor, named by its
-// first path in depth-first order; a name already taken gets `~1`, `~2`, ... appended; a
-// tensor that is the whole pickle is named `tensor`. Dict keys are not searched for tensors.
+// stay `weight`, not `weight.args`). A tensor reached twice (memo) gets one record per path
+// (tied weights are found under both names), the same view of the same storage, in depth-first
+// order; a name already taken gets `~1`, `~2`, ... appended; a tensor that is the whole pickle
+// is named `tensor`. Dict keys are not searched for tensors. Names are at most 64 KiB, and all
+// records together at most 256 MiB (kCorrupt beyond: only a hostile pickle gets there).
 // Per-channel quantizer tensors are `<name>.scales` / `<name>.zero_points`; the DeviceMesh of a
 // DTensor is walked under `<name>._spec`; several local shards of one ShardedTensor are
 // `<name>.local_shards.<i>`.
@@ -48,6 +50,7 @@ struct TorchTensor {
   bool quantized = false;        // _rebuild_qtensor; quantizer in `extra`
   bool dtensor_local = false;    // the local tensor of a DTensor; global view in `extra`
   bool sharded_local = false;    // a local shard of a ShardedTensor; shard metadata in `extra`
+  bool internal = false;         // inside another tensor's metadata (a DTensor's DeviceMesh)
   std::string rebuild;           // the rebuild function: "_rebuild_tensor_v2", ...
   uint64_t pickle_offset = 0;    // offset of the opcode that built the tensor's node (at `name`)
   // Compact JSON, "" when nothing to add:

@@ -17,6 +17,7 @@ bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_
 // "Storage", whatever its module (torch.FloatStorage, torch.cuda.FloatStorage, ...).
 void ReadStorageType(const Value* type, uint64_t offset, TorchStorage& s) {
   if (!type || type->kind != Kind::kGlobal) Corrupt(offset, "storage type is not a global");
+  if (type->text.size() + type->name.size() > kMaxShortText) Corrupt(offset, "storage type name too long");
   s.storage_type = GlobalPath(type);
   if (type->name == "UntypedStorage") {
     s.untyped = true;
@@ -29,9 +30,9 @@ void ReadStorageType(const Value* type, uint64_t offset, TorchStorage& s) {
 }
 
 std::string KeyText(const Value* v, uint64_t offset) {
-  if (auto s = AsText(v)) return *s;
+  if (auto s = AsShortText(v)) return *s;
   if (auto i = AsInt(v)) return std::to_string(*i);
-  Corrupt(offset, "storage key is not a string");
+  Corrupt(offset, "storage key is not a string of at most " + std::to_string(kMaxShortText) + " bytes");
 }
 
 }  // namespace
@@ -69,13 +70,13 @@ StorageRef StorageTable::Add(const Value* pid) {
   const std::vector<Value*>* f = Sequence(pid->pid);
   if (!f || pid->pid->kind != Kind::kTuple || (f->size() != 5 && f->size() != 6))
     Corrupt(at, "expected a tuple ('storage', type, key, location, numel[, view])");
-  if (AsText((*f)[0]) != std::optional<std::string>("storage"))
+  if (AsShortText((*f)[0]) != std::optional<std::string>("storage"))
     Corrupt(at, "persistent id is not a storage");
   TorchStorage s;
   ReadStorageType((*f)[1], at, s);
   s.key = KeyText((*f)[2], at);
-  auto location = AsText((*f)[3]);
-  if (!location) Corrupt(at, "storage location is not a string");
+  auto location = AsShortText((*f)[3]);
+  if (!location) Corrupt(at, "storage location is not a short string");
   s.location = *location;
   auto numel = AsInt((*f)[4]);
   if (!numel || *numel < 0) Corrupt(at, "storage size is not a non-negative int");

@@ -22,7 +22,7 @@ bool IsRebuild(const Value* fn, std::string_view name) { return IsTorchGlobal(fn
 
 std::vector<int64_t> IntList(const Value* v, const std::string& path, const char* what) {
   auto list = AsIntList(v);
-  if (!list) Corrupt(path, std::string(what) + " is not a tuple of ints");
+  if (!list) Corrupt(path, std::string(what) + " is not a tuple of at most " + std::to_string(kMaxListInts) + " ints");
   return *list;
 }
 
@@ -61,8 +61,8 @@ void PlaceInStorage(TorchTensor& t, const StorageRef& ref, const std::string& pa
 }
 
 void ReadFlags(const Value* metadata, TorchTensor& t) {
-  t.conj = AsBool(DictGet(metadata, "conj")).value_or(false);
-  t.neg = AsBool(DictGet(metadata, "neg")).value_or(false);
+  t.conj = AsBool(SmallDictGet(metadata, "conj")).value_or(false);
+  t.neg = AsBool(SmallDictGet(metadata, "neg")).value_or(false);
 }
 
 // Quantizer parameters of _rebuild_qtensor: (qscheme, scale, zero_point) per tensor,
@@ -95,21 +95,39 @@ std::optional<TensorFinding> TensorInterpreter::Interpret(const Value* obj, cons
   return Call(obj->callable, obj->args, path, 0);
 }
 
+namespace {
+
+enum class Rebuild { kNone, kPlain, kParameter, kFromType };
+
+Rebuild RebuildKind(const Value* fn) {
+  if (!IsTorchGlobal(fn)) return Rebuild::kNone;
+  std::string_view name = GlobalName(fn);
+  if (name == "_rebuild_tensor" || name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3" ||
+      name == "_rebuild_qtensor")
+    return Rebuild::kPlain;
+  if (name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state" ||
+      (name == "Parameter" && fn->text == "torch.nn.parameter"))
+    return Rebuild::kParameter;
+  if (name == "_rebuild_from_type_v2" || name == "_rebuild_from_type") return Rebuild::kFromType;
+  return Rebuild::kNone;
+}
+
+}  // namespace
+
+bool TensorInterpreter::IsRebuildCall(const Value* obj) {
+  return obj && obj->kind == Kind::kObject && RebuildKind(obj->callable) != Rebuild::kNone;
+}
+
 std::optional<TensorFinding> TensorInterpreter::Call(const Value* fn, const Value* args, const std::string& path,
                                                      int depth) const {
-  if (!IsTorchGlobal(fn)) return std::nullopt;
+  const Rebuild kind = RebuildKind(fn);
+  if (kind == Rebuild::kNone) return std::nullopt;
   std::string_view name = GlobalName(fn);
-  const bool plain = name == "_rebuild_tensor" || name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3" ||
-                     name == "_rebuild_qtensor";
-  const bool param = name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state" ||
-                     (name == "Parameter" && fn->text == "torch.nn.parameter");
-  const bool from_type = name == "_rebuild_from_type_v2" || name == "_rebuild_from_type";
-  if (!plain && !param && !from_type) return std::nullopt;
   if (depth > kMaxRebuildNesting) Corrupt(path, "tensor rebuild calls nested too deep");
   const std::vector<Value*>* a = Sequence(args);
   if (!a) Corrupt(path, std::string(name) + " arguments are not a tuple");
-  if (plain) return Plain(name, *a, path);
-  if (param) return Parameter(name, *a, path, depth);
+  if (kind == Rebuild::kPlain) return Plain(name, *a, path);
+  if (kind == Rebuild::kParameter) return Parameter(name, *a, path, depth);
   return FromType(*a, path, depth);
 }
 
@@ -192,7 +210,7 @@ TensorFinding TensorInterpreter::FromType(const std::vector<Value*>& a, const st
   if (IsRebuild(new_type, "Parameter")) {
     t.is_parameter = true;
   } else if (!(new_type && new_type->kind == Kind::kGlobal && new_type->text == "torch" && new_type->name == "Tensor")) {
-    t.extra = JsonObject().String("subclass", new_type && new_type->kind == Kind::kGlobal ? GlobalPath(new_type) : "?").str();
+    t.extra = JsonObject().String("subclass", new_type && new_type->kind == Kind::kGlobal ? ShortGlobalPath(new_type) : "?").str();
   }
   if (state) inner->walk.push_back({state, "", true});
   return std::move(*inner);
@@ -211,7 +229,7 @@ std::optional<TensorFinding> TensorInterpreter::Wrapper(const Value* wrapper_arg
     t.requires_grad = parts->requires_grad;
     t.is_parameter = t.is_parameter || parts->is_param;
     t.extra = parts->extra;
-    if (parts->spec) f.walk.push_back({parts->spec, "_spec", false});
+    if (parts->spec) f.walk.push_back({parts->spec, "_spec", false, true});
     return f;
   }
   if (IsShardedTensorClass(cls)) {

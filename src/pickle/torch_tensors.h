@@ -30,6 +30,7 @@ struct TensorFinding {
     const Value* node;   // more of the tree that may hold tensors (Python state, the mesh)
     std::string suffix;
     bool is_state;       // an object state: its attributes sit directly under the path
+    bool internal = false;  // metadata of the tensor (a DTensor's spec): tensors found there are internal
   };
   std::vector<Named> tensors;
   std::vector<More> walk;
@@ -40,6 +41,8 @@ class TensorInterpreter {
  public:
   explicit TensorInterpreter(const StorageTable& storages) : storages_(storages) {}
 
+  // True when `obj` calls a rebuild function above (cheap: checks the callable only).
+  static bool IsRebuildCall(const Value* obj);
   // nullopt when `obj` is not a tensor rebuild call. Errors (kCorrupt/kUnsupported) name `path`.
   std::optional<TensorFinding> Interpret(const Value* obj, const std::string& path) const;
 

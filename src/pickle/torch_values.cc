@@ -1,5 +1,7 @@
 #include "pickle/torch_values.h"
 
+#include <algorithm>
+
 #include "pickle/text_codec.h"
 
 namespace zckpt::pickle {
@@ -27,6 +29,12 @@ std::optional<std::string> AsText(const Value* v) {
   return std::nullopt;
 }
 
+std::optional<std::string> AsShortText(const Value* v) {
+  if (!v || (v->kind != Kind::kString && v->kind != Kind::kBytes) || v->text.size() > kMaxShortText)
+    return std::nullopt;
+  return AsText(v);
+}
+
 std::optional<std::vector<int64_t>> AsIntList(const Value* v) {
   if (const Value* g = ObjectGlobal(v); g && g->text == "torch" && g->name == "Size") {
     const std::vector<Value*>* args = Sequence(v->args);
@@ -34,7 +42,7 @@ std::optional<std::vector<int64_t>> AsIntList(const Value* v) {
     return AsIntList((*args)[0]);
   }
   const std::vector<Value*>* items = Sequence(v);
-  if (!items) return std::nullopt;
+  if (!items || items->size() > kMaxListInts) return std::nullopt;
   std::vector<int64_t> out;
   out.reserve(items->size());
   for (const Value* item : *items) {
@@ -46,12 +54,12 @@ std::optional<std::vector<int64_t>> AsIntList(const Value* v) {
 }
 
 std::optional<std::string> AsDevice(const Value* v) {
-  if (auto s = AsText(v)) return s;
+  if (auto s = AsShortText(v)) return s;
   const Value* g = ObjectGlobal(v);
   if (!g || g->text != "torch" || g->name != "device") return std::nullopt;
   const std::vector<Value*>* args = Sequence(v->args);
   if (!args || args->empty() || args->size() > 2) return std::nullopt;
-  auto type = AsText((*args)[0]);
+  auto type = AsShortText((*args)[0]);
   if (!type) return std::nullopt;
   if (args->size() == 2 && (*args)[1]->kind != Kind::kNone) {
     auto index = AsInt((*args)[1]);
@@ -66,33 +74,40 @@ std::string_view GlobalName(const Value* v) {
   return v->name;
 }
 
+std::string ShortGlobalPath(const Value* v) {
+  if (v && v->kind == Kind::kGlobal && v->text.size() + v->name.size() > kMaxShortText) return "<long name>";
+  return GlobalPath(v);
+}
+
 bool IsTorchGlobal(const Value* v) {
   return v && v->kind == Kind::kGlobal && (v->text == "torch" || v->text.rfind("torch.", 0) == 0);
 }
 
-namespace {
-void AppendAttributes(const Value* dict, std::vector<std::pair<std::string, const Value*>>& out) {
-  if (!dict || dict->kind != Kind::kDict) return;
-  for (const auto& [k, val] : dict->entries)
-    if (k->kind == Kind::kString) out.emplace_back(k->text, val);
-}
-}  // namespace
-
-std::vector<std::pair<std::string, const Value*>> StateAttributes(const Value* state) {
-  std::vector<std::pair<std::string, const Value*>> out;
+std::vector<const Value*> StateDicts(const Value* state) {
+  std::vector<const Value*> out;
   if (!state) return out;
   if (state->kind == Kind::kDict) {
-    AppendAttributes(state, out);
+    out.push_back(state);
   } else if (state->kind == Kind::kTuple && state->items.size() == 2) {
-    AppendAttributes(state->items[0], out);
-    AppendAttributes(state->items[1], out);
+    for (const Value* part : state->items)
+      if (part->kind == Kind::kDict) out.push_back(part);
   }
   return out;
 }
 
+const Value* SmallDictGet(const Value* dict, std::string_view key) {
+  if (!dict || (dict->kind != Kind::kDict && dict->kind != Kind::kObject)) return nullptr;
+  size_t n = std::min(dict->entries.size(), kMaxLookupEntries);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [k, v] = dict->entries[i];
+    if (k->kind == Kind::kString && k->text == key) return v;
+  }
+  return nullptr;
+}
+
 const Value* StateAttribute(const Value* state, std::string_view name) {
-  for (const auto& [k, v] : StateAttributes(state))
-    if (k == name) return v;
+  for (const Value* dict : StateDicts(state))
+    if (const Value* v = SmallDictGet(dict, name)) return v;
   return nullptr;
 }
 

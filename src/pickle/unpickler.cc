@@ -1,5 +1,6 @@
 #include "pickle/unpickler.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -25,8 +26,15 @@ namespace {
 // never pop below the innermost open MARK.
 class Machine {
  public:
+  // A pickle cannot legitimately hold more str/bytes payload or container members than about
+  // twice its own size (every member is pushed by an opcode of at least a byte; folding
+  // set(list) or encode(text) copies once). Past that, memo references are being multiplied.
   Machine(std::span<const uint8_t> bytes, const UnpickleOptions& options)
-      : in_(bytes), options_(options), arena_(std::make_shared<ValueArena>()) {}
+      : in_(bytes),
+        options_(options),
+        arena_(std::make_shared<ValueArena>()),
+        bytes_budget_(std::min<uint64_t>(options.max_total_bytes, 2 * uint64_t{bytes.size()} + (1u << 20))),
+        items_budget_(2 * uint64_t{bytes.size()} + (1u << 20)) {}
 
   UnpickleResult Run() {
     while (true) {
@@ -84,8 +92,13 @@ class Machine {
   }
   void CountBytes(uint64_t n) {
     total_bytes_ += n;
-    if (total_bytes_ > options_.max_total_bytes)
-      Fail("more than " + std::to_string(options_.max_total_bytes) + " bytes of str/bytes data (max_total_bytes)");
+    if (total_bytes_ > bytes_budget_)
+      Fail("more than " + std::to_string(bytes_budget_) + " bytes of str/bytes data (max_total_bytes, or twice the pickle)");
+  }
+  void CountItems(uint64_t n) {
+    total_items_ += n;
+    if (total_items_ > items_budget_)
+      Fail("more than " + std::to_string(items_budget_) + " container members (twice the pickle's size)");
   }
   Value* NewText(Kind kind, std::string_view text) {
     CountBytes(text.size());
@@ -116,6 +129,7 @@ class Machine {
       Fail("nesting deeper than " + std::to_string(options_.max_depth) + " (max_depth)");
   }
   Value* NewContainer(Kind kind, std::vector<Value*> items) {
+    CountItems(items.size());
     Value* v = New(kind);
     for (Value* item : items) Adopt(v, item);
     v->items = std::move(items);
@@ -227,6 +241,7 @@ class Machine {
     Value* target = Top();
     bool ok = target->kind == Kind::kObject || (set_op ? target->kind == Kind::kSet : target->kind == Kind::kList);
     if (!ok) Fail(std::string(opname) + " to a " + std::string(KindName(target->kind)));
+    CountItems(items.size());
     for (Value* v : items) Adopt(target, v);
     target->items.insert(target->items.end(), items.begin(), items.end());
   }
@@ -235,6 +250,7 @@ class Machine {
     Value* target = Top();
     if (target->kind != Kind::kDict && target->kind != Kind::kObject)
       Fail(std::string(opname) + " on a " + std::string(KindName(target->kind)));
+    CountItems(kv.size());
     for (size_t i = 0; i < kv.size(); i += 2) {
       Adopt(target, kv[i]);
       Adopt(target, kv[i + 1]);
@@ -271,7 +287,10 @@ class Machine {
   std::unordered_map<uint64_t, Value*> memo_;
   std::vector<GlobalRef> globals_;
   std::unordered_set<std::string> seen_globals_;
+  const uint64_t bytes_budget_;
+  const uint64_t items_budget_;
   uint64_t total_bytes_ = 0;
+  uint64_t total_items_ = 0;
   uint64_t op_offset_ = 0;
 };
 

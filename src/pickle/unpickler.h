@@ -26,6 +26,9 @@ struct UnpickleOptions {
   size_t max_memo_entries = size_t{1} << 22;  // distinct memo keys
   size_t max_nodes = size_t{1} << 24;         // Values created (all kinds)
   uint64_t max_total_bytes = uint64_t{1} << 32;  // str/bytes payload held by the tree
+  // Besides these, a pickle may hold at most about twice its own size in str/bytes payload and
+  // in container members (legitimate pickles stay far below; memo references multiplied
+  // through set(list) or encode(text) do not).
 };
 
 // A GLOBAL/STACK_GLOBAL/INST name the pickle uses, with the offset of its first use.

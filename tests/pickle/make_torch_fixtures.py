@@ -66,9 +66,7 @@ def walk(obj, path, ex, seen):
     from torch.distributed.tensor import DTensor
 
     if isinstance(obj, torch.Tensor):
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
+        # A tensor reached twice (the pickle memo shares it) is listed under both paths.
         name = path or "tensor"
         is_param = isinstance(obj, torch.nn.Parameter)
         if isinstance(obj, DTensor):

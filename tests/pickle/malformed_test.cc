@@ -209,6 +209,69 @@ TEST(Malformed, SharedSubtreesDoNotExplode) {
   EXPECT_TRUE(InterpretTorchPickle(r).tensors.empty());
 }
 
+// Memo references cost a byte or two each; what the interpreter builds from them must stay
+// proportional to the pickle, not to the references times what they point at.
+TEST(Malformed, MemoAmplificationIsBounded) {
+  // set(list) of a 100k-member list, 2000 times.
+  PickleBuilder sets;
+  sets.Proto(2).Global("__builtin__", "set").Op('q').LE(0, 1).Op('0').Op(']').Op('q').LE(1, 1).Mark();
+  for (int i = 0; i < 100000; ++i) sets.Op('N');
+  sets.Op('e').Op('0').Mark();
+  for (int i = 0; i < 2000; ++i) sets.Op('h').LE(0, 1).Op('h').LE(1, 1).Op(0x85).Op('R');
+  sets.Op('l').Stop();
+  ExpectUnpickleError(sets.bytes(), ErrorKind::kCorrupt, "container members (twice the pickle's size)");
+  // encode(one MB of text) 5000 times.
+  PickleBuilder text;
+  text.Proto(2).Global("_codecs", "encode").Op('q').LE(0, 1).Op('0').Unicode(std::string(1 << 20, 'a'))
+      .Op('q').LE(1, 1).Op('0').Unicode("latin1").Op('q').LE(2, 1).Op('0').Mark();
+  for (int i = 0; i < 5000; ++i) text.Op('h').LE(0, 1).Op('h').LE(1, 1).Op('h').LE(2, 1).Op(0x86).Op('R');
+  text.Op('l').Stop();
+  ExpectUnpickleError(text.bytes(), ErrorKind::kCorrupt, "bytes of str/bytes data (max_total_bytes, or twice the pickle)");
+}
+
+std::vector<uint8_t> TensorUnderKey(const std::string& key, int references) {
+  // {key: [t, t, ...]} with t a 1024-dimensional one-element tensor shared through the memo.
+  PickleBuilder b;
+  b.Proto(2).Op('}').Unicode(key).Op(']').Mark().Global("torch._utils", "_rebuild_tensor_v2").Mark();
+  b.Mark().Unicode("storage").Global("torch", "FloatStorage").Unicode("0").Unicode("cpu").Int1(1).Op('t').Op('Q');
+  b.Int1(0).Mark();
+  for (int i = 0; i < 1024; ++i) b.Int1(1);
+  b.Op('t').Op('q').LE(9, 1).Op('h').LE(9, 1).Op(0x89).Op('}').Op('t').Op('R').Op('q').LE(10, 1);
+  for (int i = 1; i < references; ++i) b.Op('h').LE(10, 1);
+  b.Op('e').Op('s').Stop();
+  return b.bytes();
+}
+
+TEST(Malformed, TensorRecordsAreBounded) {
+  TorchPickle few = InterpretTorchPickle(Unpickle(TensorUnderKey("k", 3)));
+  ASSERT_EQ(few.tensors.size(), 3u);
+  EXPECT_EQ(few.tensors[2].name, "k.2");
+  EXPECT_EQ(few.tensors[2].shape.size(), 1024u);
+  // One tensor reached 200k times: 200k records of 1024 dimensions each.
+  Error many = testing::CatchError([] { InterpretTorchPickle(Unpickle(TensorUnderKey("k", 200000))); });
+  EXPECT_EQ(many.kind(), ErrorKind::kCorrupt);
+  EXPECT_NE(std::string(many.what()).find("tensor and numpy records exceed 268435456 bytes at 'k."), std::string::npos)
+      << many.what();
+  // A 100 KB key: the name would be longer than any real one; the message shows its tail only.
+  Error longname = testing::CatchError([] { InterpretTorchPickle(Unpickle(TensorUnderKey(std::string(100000, 'x'), 1))); });
+  EXPECT_EQ(longname.kind(), ErrorKind::kCorrupt);
+  EXPECT_EQ(std::string(longname.what()).rfind("tensor name longer than 65536 bytes at '...xxx", 0), 0u) << longname.what();
+  EXPECT_LT(std::string(longname.what()).size(), 300u);
+}
+
+TEST(Malformed, SharedHugeKeysCostNoMemoryPerUse) {
+  // 200k dict entries under the same one-MB key: walking them must not copy the key each time.
+  PickleBuilder b;
+  b.Proto(2).Unicode(std::string(1 << 20, 'k')).Op('q').LE(0, 1).Op('0').Op('}').Mark();
+  for (int i = 0; i < 200000; ++i) b.Op('h').LE(0, 1).Op('N');
+  b.Op('u').Stop();
+  UnpickleResult r = Unpickle(b.bytes());
+  EXPECT_EQ(r.root->entries.size(), 200000u);
+  TorchPickle m = InterpretTorchPickle(r);
+  EXPECT_TRUE(m.tensors.empty());
+  EXPECT_LT(Render(r.root, 1000, 4096).size(), 4200u);
+}
+
 TEST(Malformed, StackUnderflowAndMarks) {
   ExpectUnpickleError(ToBytes("\x80\x02."), ErrorKind::kCorrupt, "pickle byte offset 2: stack underflow");
   ExpectUnpickleError(ToBytes("\x80\x02" "a."), ErrorKind::kCorrupt, "pickle byte offset 2: stack underflow");

@@ -200,7 +200,13 @@ TEST_F(TorchFiles, ProtocolsAgree) {
 
 TEST_F(TorchFiles, TiedWeightsAreOneTensorAndViewsShareAStorage) {
   Loaded l = Load(dir, "views");
-  EXPECT_EQ(Find(l.model, "tied_b"), nullptr);  // the same Parameter object: named by its first path
+  // The same Parameter object under two keys: one record per path, the same view of one storage.
+  const TorchTensor* a = Find(l.model, "tied_a");
+  const TorchTensor* b = Find(l.model, "tied_b");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->storage, b->storage);
+  EXPECT_EQ(a->pickle_offset, b->pickle_offset);
+  EXPECT_TRUE(b->is_parameter);
   const TorchTensor* base = Find(l.model, "base");
   const TorchTensor* column = Find(l.model, "column");
   ASSERT_TRUE(base && column);
@@ -249,8 +255,11 @@ TEST_F(TorchFiles, DTensorMeshIsWalked) {
   Loaded l = Load(dir, "dtensor");
   // The three local tensors plus the mesh's rank tensor, found once through the shared mesh.
   size_t mesh_tensors = 0;
-  for (const auto& t : l.model.tensors)
-    if (t.name.find("._spec.mesh.") != std::string::npos) ++mesh_tensors;
+  for (const auto& t : l.model.tensors) {
+    bool mesh = t.name.find("._spec.mesh.") != std::string::npos;
+    mesh_tensors += mesh;
+    EXPECT_EQ(t.internal, mesh) << t.name;  // the mesh is the DTensors' metadata, not a tensor of the file's
+  }
   EXPECT_EQ(mesh_tensors, 1u);
   EXPECT_EQ(l.model.tensors.size(), 4u);
   EXPECT_NE(Find(l.model, "layer.weight")->extra.find("\"class\":\"torch.distributed.tensor.DTensor\""),
