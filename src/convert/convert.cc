@@ -146,7 +146,8 @@ class Converter {
       nt.flags = (t.requires_grad ? format::kTensorRequiresGrad : 0) | (t.is_parameter ? format::kTensorParameter : 0) |
                  (t.conj ? format::kTensorConj : 0) | (t.neg ? format::kTensorNeg : 0) |
                  (t.dtensor_local ? format::kTensorDTensorLocal : 0) |
-                 (t.sharded_local ? format::kTensorShardedLocal : 0) | (t.quantized ? format::kTensorQuantized : 0);
+                 (t.sharded_local ? format::kTensorShardedLocal : 0) | (t.quantized ? format::kTensorQuantized : 0) |
+                 (t.internal ? format::kTensorInternal : 0);
       nt.extra = t.extra;
       writer_.AddTensor(nt);
       stats_.tensors++;
