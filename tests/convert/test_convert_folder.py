@@ -17,7 +17,8 @@ PT_FILES = sorted(f"{kind}_world_size_{RANKS}_rank_{r}.pt" for kind in ("model",
                   for r in range(RANKS))
 OTHER_FILES = ["fsdp_config.json", os.path.join("huggingface", "config.json")]
 
-pytestmark = pytest.mark.skipif(bool(torch_family._distributed_needs()), reason=str(torch_family._distributed_needs()))
+_NO_DTENSOR = torch_family.BY_NAME["model_world_size_1_rank_0.pt"].needs()
+pytestmark = pytest.mark.skipif(bool(_NO_DTENSOR), reason=str(_NO_DTENSOR))
 
 
 def tree(root):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import FAMILY_NAMES, LEGACY_NAMES, ZIP_NAMES, rewrite_zip, zip_prefix, zip_records
-from torch_family import assert_deep_equal, diff
+from torch_family import assert_deep_equal, diff, is_dtensor
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -60,20 +60,13 @@ def test_zip_export_keeps_every_record(name, family, exported):
 # ---- what ls --json says, against the Python object -----------------------------------------
 
 
-def _is_dtensor(t):
-    return type(t).__name__ == "DTensor"
-
-
 def expected_tensors(obj):
     """[(name, tensor)] in the naming of src/pickle/torch_model.h: dict keys and list/tuple
-    indices joined with '.', depth-first, a tensor reached twice named by its first path, the
-    whole pickle a tensor -> `tensor`, a taken name gets `~1`, `~2`."""
-    out, seen, taken = [], set(), set()
+    indices joined with '.', depth-first, a tensor reached twice (memo) recorded under each of
+    its paths, the whole pickle a tensor -> `tensor`, a taken name gets `~1`, `~2`."""
+    out, taken = [], set()
 
     def add(path, t):
-        if id(t) in seen:
-            return
-        seen.add(id(t))
         name, n = path or "tensor", 0
         while name in taken:
             n += 1
@@ -114,7 +107,7 @@ def expected_record(t):
         flags.add("param")
     if t.requires_grad:
         flags.add("grad")
-    if _is_dtensor(t):
+    if is_dtensor(t):
         flags.add("dtensor")
         t = t._local_tensor
     if t.is_quantized:
@@ -132,7 +125,7 @@ def helper_tensor_names(records, tensors):
     """Records ls may add besides the object's tensors: a DTensor's mesh (`<name>._spec...`), a
     per-channel quantizer (`<name>.scales`, `<name>.zero_points`), the parts of a sparse or
     nested tensor (`<name>.1.0`, ...)."""
-    owners = [name for name, t in tensors if _is_dtensor(t) or t.is_quantized]
+    owners = [name for name, t in tensors if is_dtensor(t) or t.is_quantized]
     parts = [name + "." for name, t in tensors if _has_parts(t)]
     return {r for r in records
             if any(r.startswith(name + "._spec.") or r in (name + ".scales", name + ".zero_points") for name in owners)
@@ -156,7 +149,7 @@ def test_ls_matches_saved_object(name, original, listings):
         got = dict(r, flags=set(filter(None, r["flags"].split(","))))
         want = expected_record(t)
         assert {k: got[k] for k in want} == want, tname
-        local = t._local_tensor if _is_dtensor(t) else t
+        local = t._local_tensor if is_dtensor(t) else t
         if not local.is_quantized and local.untyped_storage().nbytes():
             storage_of.setdefault(local.untyped_storage().data_ptr(), set()).add(r["storage"])
     # Tensors share an ls storage exactly when they share a torch storage.
@@ -208,8 +201,10 @@ def test_ls_state_dict_and_tied_weights(family, listings):
 
 def test_ls_shared_storage_views(listings):
     t = _by_name(listings["shared_storage.pt"])
-    # The same tensor object twice is one record, named by its first path.
-    assert "embed.weight" in t and "lm_head.weight" not in t and "list.0" not in t
+    # The same tensor object twice: a record under each path, the same view of one storage.
+    emb = t["embed.weight"]
+    for alias in ("lm_head.weight", "list.0"):
+        assert {k: v for k, v in t[alias].items() if k != "name"} == {k: v for k, v in emb.items() if k != "name"}
     base = t["base"]["storage"]
     assert [t[n]["storage"] for n in ("row", "tail", "col", "list.1")] == [base] * 4
     assert (t["row"]["storage_offset"], t["row"]["shape"]) == (20, [4, 5])
