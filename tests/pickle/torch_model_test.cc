@@ -229,6 +229,18 @@ TEST_F(TorchFiles, StateDictAndOptimizerNames) {
   EXPECT_NE(Find(opt.model, "state.3.exp_avg_sq"), nullptr);
 }
 
+// Every proper prefix of data.pkl files torch wrote is a clean kCorrupt.
+TEST_F(TorchFiles, EveryTruncationIsCorrupt) {
+  for (const char* name : {"state_dict.pkl", "optimizer.pkl", "proto5.pkl"}) {
+    std::vector<uint8_t> bytes = testing::ReadBytes(dir + "/" + name);
+    ASSERT_GT(bytes.size(), 100u);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      Error e = testing::CatchError([&] { Unpickle(std::span<const uint8_t>(bytes).first(n)); });
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << name << " cut at " << n << ": " << e.what();
+    }
+  }
+}
+
 TEST_F(TorchFiles, RenderTorchSummarizesTensors) {
   Loaded sd = Load(dir, "state_dict");
   std::string text = RenderTorch(sd.pickle, sd.model);

@@ -40,6 +40,18 @@ TEST(PlainPickles, RenderLikePython) {
   }
 }
 
+// Every proper prefix of a real pickle (text protocol 0, framed protocol 5) is a clean kCorrupt.
+TEST(PlainPickles, EveryTruncationIsCorrupt) {
+  REQUIRE_PLAIN_DIR(dir);
+  for (const char* name : {"nested_p0.pkl", "ordered_p5.pkl", "strs_p1.pkl", "ints_p2.pkl"}) {
+    std::vector<uint8_t> bytes = testing::ReadBytes(dir + "/" + name);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      Error e = testing::CatchError([&] { Unpickle(std::span<const uint8_t>(bytes).first(n)); });
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << name << " cut at " << n << ": " << e.what();
+    }
+  }
+}
+
 TEST(PlainPickles, MemoSharingKeepsOneNode) {
   REQUIRE_PLAIN_DIR(dir);
   for (int proto = 0; proto <= 5; ++proto) {
