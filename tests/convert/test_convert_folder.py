@@ -103,8 +103,6 @@ def test_empty_folder(zckpt, tmp_path):
     zckpt.ok("convert", tmp_path / "empty", "-o", tmp_path / "out")
 
 
-@pytest.mark.xfail(strict=True, reason="tools/zckpt/cmd_convert.cc PlanFolder maps model.pt and model.bin to the "
-                   "same model.zckpt: one checkpoint is silently lost, exit 0")
 def test_folder_names_that_collide_lose_nothing(family, zckpt, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -123,16 +121,11 @@ def test_folder_names_that_collide_lose_nothing(family, zckpt, tmp_path):
 
 # ---- destinations that are the source -------------------------------------------------------
 
-SAME_FILE_BUG = pytest.mark.xfail(strict=True, reason="tools/zckpt/cmd_convert.cc compares the destination with "
-                                  "the source as strings only: another spelling of the same file replaces the source "
-                                  ".pt with the container")
-
-
 @pytest.mark.parametrize("source,destination", [
     ("model.pt", "model.pt"),
-    pytest.param("model.pt", "./model.pt", marks=SAME_FILE_BUG),
-    pytest.param("model.pt", "{abs}/model.pt", marks=SAME_FILE_BUG),
-    pytest.param("link.pt", "model.pt", marks=SAME_FILE_BUG),
+    ("model.pt", "./model.pt"),
+    ("model.pt", "{abs}/model.pt"),
+    ("link.pt", "model.pt"),
 ])
 def test_convert_never_overwrites_its_source(source, destination, family, zckpt, tmp_path):
     src = tmp_path / "model.pt"
@@ -144,8 +137,6 @@ def test_convert_never_overwrites_its_source(source, destination, family, zckpt,
     assert run.rc == 2, run.text
 
 
-@pytest.mark.xfail(strict=True, reason="tools/zckpt/cmd_export.cc has no same-file check: `export X -o X` replaces "
-                   "the container it reads with the .pt")
 def test_export_never_overwrites_its_source(converted, zckpt, tmp_path):
     src = tmp_path / "model.zckpt"
     shutil.copy(converted["strides.pt"][1], src)

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 namespace zckpt::cli {
 
@@ -121,6 +122,15 @@ std::optional<int64_t> Args::GetInt(const std::string& name) {
     return std::nullopt;
   }
   return n;
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec)) return true;
+  auto ca = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return a == b;
+  auto cb = std::filesystem::weakly_canonical(b, ec);
+  return ec ? a == b : ca == cb;
 }
 
 int UsageError(const std::string& command, const std::string& message) {

@@ -41,6 +41,10 @@ class Args {
   std::string error_;
 };
 
+// True when `a` and `b` name the same file however spelled (./x, /abs/x, a symlink), so a
+// command never writes over the file it reads.
+bool SameFile(const std::string& a, const std::string& b);
+
 // Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
 int UsageError(const std::string& command, const std::string& message);
 

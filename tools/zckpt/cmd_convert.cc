@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -132,6 +133,9 @@ int RunConvert(const Argv& argv) {
   if (!args.ok()) return UsageError("convert", args.error());
   if (opt.writer.zstd_level < 0 || opt.writer.zstd_level > 22) return UsageError("convert", "--zstd takes 0..22");
   if (jobs_opt && *jobs_opt < 1) return UsageError("convert", "--jobs must be >= 1");
+  if (jobs_opt && *jobs_opt > 1024) return UsageError("convert", "--jobs must be <= 1024");
+  if (auto v = args.GetInt("threads"); v && (*v < 0 || *v > 1024))
+    return UsageError("convert", "--threads takes 0..1024 (0: all cores)");
   if (args.positional().size() != 1) return UsageError("convert", "expected exactly one SRC (file or folder)");
   const std::string src = args.positional()[0];
   bool quiet = args.Has("quiet");
@@ -143,13 +147,20 @@ int RunConvert(const Argv& argv) {
       return kExitCannotRun;
     }
     Job job{src, args.Get("output").value_or(DefaultDestination(src)), true};
-    if (job.destination == src) return UsageError("convert", "destination equals source");
+    if (SameFile(job.destination, src)) return UsageError("convert", "the destination is the source file: " + src);
     return ConvertOne(job, opt, quiet, ProgressBar::DefaultEnabled());
   }
 
   auto out = args.Get("output");
   if (!out) return UsageError("convert", "a folder source needs -o OUTDIR");
   std::vector<Job> jobs = PlanFolder(src, *out, args.Has("only-pt"));
+  // Two sources mapping to one destination (model.pt and model.bin -> model.zckpt) would lose one.
+  std::map<std::string, std::string> by_destination;
+  for (const Job& j : jobs) {
+    auto [it, inserted] = by_destination.emplace(j.destination, j.source);
+    if (!inserted)
+      return UsageError("convert", "both " + it->second + " and " + j.source + " would be written to " + j.destination);
+  }
   for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
   unsigned n = static_cast<unsigned>(jobs_opt.value_or(1));
   bool progress = n == 1 && ProgressBar::DefaultEnabled();

@@ -26,6 +26,8 @@ int RunExport(const Argv& argv) {
   if (args.positional().size() != 1) return UsageError("export", "expected exactly one SRC.zckpt");
   auto out = args.Get("output");
   if (!out) return UsageError("export", "-o DST.pt is required");
+  if (SameFile(args.positional()[0], *out))
+    return UsageError("export", "the destination is the source file: " + *out);
   ExportFile(args.positional()[0], *out);
   return kExitOk;
 }
