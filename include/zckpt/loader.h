@@ -24,6 +24,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -50,6 +51,27 @@ struct TensorSet {
   std::vector<std::pair<std::string, at::Tensor>> tensors;  // in the file's table order
   std::vector<TensorMeta> meta;                              // parallel to `tensors`
   std::map<std::string, at::Tensor> storages_by_key;         // uint8, 1-D, raw_bytes long
+  // What torch.load would return, as LibTorch values: the kept object pickle read by zckpt's
+  // restricted interpreter (nothing executed), each tensor node replaced by the tensor of
+  // `tensors` with its name. A pickle object reached twice is the same IValue twice (tied
+  // weights are one tensor); a cycle is cut with None. Mapping:
+  //   None bool int float str                 as themselves; ints beyond int64: decimal str
+  //   bytes / bytearray                       str holding the bytes
+  //   tuple, torch.Size                       Tuple
+  //   list, set, frozenset                    List[Any]
+  //   dict, OrderedDict (state dicts)         Dict[Any, Any] in insertion order; keys other than
+  //                                           str/int/float/bool become their repr text
+  //   tensor, Parameter, DTensor, shard       the tensor (a DTensor: its local tensor; `meta`
+  //                                           has the global layout)
+  //   torch.device                            Device
+  //   a global (a class, a dtype)             str "module.name"
+  //   any other object                        Dict[str, Any] {"__class__": "module.name",
+  //                                           and what the pickle gives it: "__args__",
+  //                                           "__kwargs__", "__items__", "__entries__",
+  //                                           "__state__"}; numpy values are such objects
+  // A container without an object pickle gives Dict[str, Tensor] of `tensors`. Empty (None)
+  // from LoadStorages / MapStorages.
+  c10::IValue tree;
   // The tensor called `name`; Error(kInvalidArgument) when there is none.
   at::Tensor get(const std::string& name) const;
   bool contains(const std::string& name) const { return index_.count(name) != 0; }

@@ -53,10 +53,7 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
 
   LoadResult result;
   result.stats = loader::StreamChunks(*c, d, options, cuda_devices);
-  loader::WithTorchErrors([&] { loader::BuildTensorSet(*c, bytes, views, &result); });
-  result.stats.storages = c->storage_count();
-  result.stats.tensors = result.tensors.size();
-  result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  loader::FinishResult(*c, bytes, views, t0, &result, &result.stats);
   return result;
 }
 

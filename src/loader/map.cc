@@ -81,10 +81,7 @@ MapResult MapImpl(const std::string& path, bool views) {
     result.stats.decoded_bytes += info.raw_bytes;
     bytes.push_back(std::move(owned));
   }
-  loader::WithTorchErrors([&] { loader::BuildTensorSet(*c, bytes, views, &result); });
-  result.stats.storages = c->storage_count();
-  result.stats.tensors = result.tensors.size();
-  result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  loader::FinishResult(*c, bytes, views, t0, &result, &result.stats);
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <string_view>
 
+#include "loader/object_tree.h"
 #include "zckpt/format.h"
 
 namespace zckpt::loader {
@@ -104,6 +105,7 @@ void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bo
     out->tensors.emplace_back(std::string(t.name), MakeView(storage, t, static_cast<int64_t>(t.storage_offset)));
     out->meta.push_back(TensorMeta{std::string(c.storage(t.storage).key), t.flags, std::string(t.extra)});
   }
+  out->tree = BuildObjectTree(c, *out);
 }
 
 }  // namespace zckpt::loader

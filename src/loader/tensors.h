@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,10 +36,6 @@ at::Tensor BytesOf(const c10::Storage& storage);
 // requires_grad applied as torch's _rebuild_tensor_v2 does.
 at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t storage_offset);
 
-// Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
-// `views`, out->tensors/meta/index_ with a view per tensor record.
-void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out);
-
 // Runs `f`, turning torch's c10::Error (allocation, CUDA init, copy_) into Error(kIo).
 template <typename F>
 auto WithTorchErrors(F&& f) -> decltype(f()) {
@@ -47,6 +44,21 @@ auto WithTorchErrors(F&& f) -> decltype(f()) {
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::kIo, std::string("torch: ") + e.what_without_backtrace());
   }
+}
+
+// Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
+// `views`, out->tensors/meta/index_ with a view per tensor record and out->tree (object_tree.h).
+void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out);
+
+// The end Load and Map share: the tensor set over `bytes`, then the counts and the wall time
+// since `t0` into `stats` (LoadStats or MapStats).
+template <typename Stats>
+void FinishResult(const Container& c, const std::vector<at::Tensor>& bytes, bool views,
+                  std::chrono::steady_clock::time_point t0, TensorSet* out, Stats* stats) {
+  WithTorchErrors([&] { BuildTensorSet(c, bytes, views, out); });
+  stats->storages = c.storage_count();
+  stats->tensors = out->tensors.size();
+  stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace zckpt::loader

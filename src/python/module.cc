@@ -150,6 +150,59 @@ std::vector<std::string> Verify(const std::string& path, unsigned threads) {
   return problems;
 }
 
+// The C++ API's object tree (TensorSet::tree, built by zckpt's own interpreter, not torch's
+// unpickler) as Python objects: how the tests hold it against torch.load of the source file.
+// IValue -> Python, keeping sharing: a container or tensor met twice is one Python object. Strings
+// that are not UTF-8 (pickled bytes) become bytes; torch's toPyObject would raise on them.
+py::object TreeToPython(const c10::IValue& v, std::map<const void*, py::object>& memo) {
+  if (v.isNone()) return py::none();
+  if (v.isBool()) return py::bool_(v.toBool());
+  if (v.isInt()) return py::int_(v.toInt());
+  if (v.isDouble()) return py::float_(v.toDouble());
+  if (v.isTensor()) return py::cast(v.toTensor());
+  if (v.isDevice()) return py::cast(v.toDevice());
+  if (v.isString()) {
+    const std::string& s = v.toStringRef();
+    PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+    if (u) return py::reinterpret_steal<py::object>(u);
+    PyErr_Clear();
+    return py::bytes(s);
+  }
+  const void* key = v.isIntrusivePtr() ? v.internalToPointer() : nullptr;
+  if (auto it = memo.find(key); key && it != memo.end()) return it->second;
+  py::object out;
+  if (v.isTuple()) {
+    const auto& items = v.toTupleRef().elements();
+    py::tuple t(items.size());
+    for (size_t i = 0; i < items.size(); ++i) t[i] = TreeToPython(items[i], memo);
+    out = t;
+  } else if (v.isList()) {
+    py::list l;
+    memo[key] = l;
+    for (const c10::IValue& item : v.toListRef()) l.append(TreeToPython(item, memo));
+    out = l;
+  } else if (v.isGenericDict()) {
+    py::dict d;
+    memo[key] = d;
+    for (const auto& entry : v.toGenericDict()) d[TreeToPython(entry.key(), memo)] = TreeToPython(entry.value(), memo);
+    out = d;
+  } else {
+    throw Error(ErrorKind::kInvalidArgument, "object tree holds an IValue of kind " + v.tagKind());
+  }
+  memo[key] = out;
+  return out;
+}
+
+py::object LoadTree(const std::string& path, const std::string& device, bool map) {
+  c10::IValue tree;
+  {
+    py::gil_scoped_release release;
+    tree = map ? Map(path).tree : Load(path, c10::Device(device)).tree;
+  }
+  std::map<const void*, py::object> memo;
+  return TreeToPython(tree, memo);
+}
+
 }  // namespace
 }  // namespace zckpt
 
@@ -169,6 +222,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("describe", &zckpt::Describe, py::arg("path"));
+  m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false);
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
   m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
   m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"));

@@ -111,6 +111,18 @@ TEST(Load, ViewsShareTheirStorage) {
   EXPECT_EQ(r.get("strided")[0].item<float>(), 1234.5f);
   EXPECT_EQ(r.get("transposed")[7][1].item<float>(), 1234.5f);
   EXPECT_EQ(r.get("full").data_ptr(), r.storages_by_key.at("flat").data_ptr());
+
+  // No object pickle in this container (not made from a .pt): the tree is every tensor by name,
+  // in table order, the very tensors of `tensors`.
+  ASSERT_TRUE(r.tree.isGenericDict());
+  c10::impl::GenericDict tree = r.tree.toGenericDict();
+  ASSERT_EQ(tree.size(), r.tensors.size());
+  size_t i = 0;
+  for (const auto& entry : tree) {
+    EXPECT_EQ(entry.key().toStringRef(), r.tensors[i].first);
+    EXPECT_TRUE(entry.value().toTensor().is_same(r.tensors[i].second)) << r.tensors[i].first;
+    ++i;
+  }
 }
 
 TEST(Load, ConjAndNegBitsAsTorchSetsThem) {
@@ -144,6 +156,7 @@ TEST(Load, QuantizedIsRefusedBeforeReading) {
   // The storages alone load (the Python module rebuilds quantized tensors with torch).
   LoadResult r = LoadStorages(path, kCpu);
   EXPECT_TRUE(r.tensors.empty());
+  EXPECT_TRUE(r.tree.isNone());
   EXPECT_TRUE(testing::BytesOf(r.storages_by_key.at("sq")) == f.bytes("sq"));
 }
 

@@ -1,10 +1,6 @@
 // `zckpt load FILE`: streams a whole container into tensors on a device (libzckpt) and reports
 // how fast and with how much memory: the loader's own benchmark and a quick health check.
-#include "cli.h"
-#include "commands.h"
-
-#if ZCKPT_WITH_TORCH
-
+// Built into `zckpt-load` only (the binary that links LibTorch; see exec_load.cc).
 #include <ATen/ops/zeros.h>
 #include <sys/resource.h>
 
@@ -13,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "cli.h"
+#include "commands.h"
 #include "json_writer.h"
 #include "progress.h"
 #include "zckpt/loader.h"
@@ -229,13 +227,3 @@ int RunLoad(const Argv& argv) {
 }
 
 }  // namespace zckpt::cli
-
-#else  // built without torch
-
-namespace zckpt::cli {
-
-int RunLoad(const Argv&) { return UsageError("load", "not available in this build (zckpt was built without torch)"); }
-
-}  // namespace zckpt::cli
-
-#endif

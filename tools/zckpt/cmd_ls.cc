@@ -122,7 +122,7 @@ void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
   j.EndArray().Key("blobs").BeginArray();
   for (uint32_t i = 0; i < c.blob_count(); ++i) {
     BlobInfo b = c.blob(i);
-    j.BeginObject().Key("name").String(b.name).Key("bytes").UInt(b.bytes).EndObject();
+    j.BeginObject().Key("name").String(b.name).Key("bytes").UInt(b.bytes).Key("offset").UInt(b.offset).EndObject();
   }
   j.EndArray();
   if (ps.present) {

@@ -13,7 +13,14 @@ int RunVerify(const Argv& args);
 int RunLs(const Argv& args);
 int RunConvert(const Argv& args);
 int RunExport(const Argv& args);
-int RunLoad(const Argv& args);
 int RunBench(const Argv& args);
+// `zckpt load` lives in a second binary, `zckpt-load`, the only one that links LibTorch (its
+// start-up costs ~0.5 s of CPU, which every convert and verify would otherwise pay).
+// RunLoad is its body; ExecLoad, in `zckpt`, replaces the process with it.
+int RunLoad(const Argv& args);
+int ExecLoad(const Argv& args);
+
+// Runs one subcommand, turning what it throws into "zckpt NAME: message" and an exit code.
+int RunGuarded(const char* name, int (*run)(const Argv&), const Argv& args);
 
 }  // namespace zckpt::cli

@@ -20,7 +20,7 @@ const Command kCommands[] = {
     {"verify", zckpt::cli::RunVerify, "check every checksum and structural rule of containers"},
     {"ls", zckpt::cli::RunLs, "list a container's tensors, storages, chunks and metadata"},
     {"export", zckpt::cli::RunExport, "write a container back as a .pt file torch.load reads"},
-    {"load", zckpt::cli::RunLoad, "stream a container into tensors on a device and report speed and memory"},
+    {"load", zckpt::cli::ExecLoad, "stream a container into tensors on a device and report speed and memory"},
     {"bench", zckpt::cli::RunBench, "benchmark verify/load against baselines measured in the same run"},
 };
 
@@ -53,17 +53,7 @@ int main(int argc, char** argv) {
   }
   zckpt::cli::Argv args(argv + 2, argv + argc);
   for (const Command& c : kCommands) {
-    if (name == c.name) {
-      try {
-        return c.run(args);
-      } catch (const zckpt::Error& e) {
-        std::fprintf(stderr, "zckpt %s: %s\n", c.name, e.what());
-        return zckpt::cli::ExitCodeFor(e);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "zckpt %s: internal error: %s\n", c.name, e.what());
-        return zckpt::cli::kExitCannotRun;
-      }
-    }
+    if (name == c.name) return zckpt::cli::RunGuarded(c.name, c.run, args);
   }
   std::fprintf(stderr, "zckpt: unknown command '%s'\n\n", name.c_str());
   PrintUsage(stderr);
