@@ -59,9 +59,16 @@ enum class DType : uint16_t {
   kInt5 = 44,
   kInt6 = 45,
   kInt7 = 46,
+  kBComplex32 = 47,  // complex of two bfloat16 (torch 2.15+); container format 1.1 onwards
 };
 
-constexpr uint16_t kMaxDTypeCode = 46;
+constexpr uint16_t kMaxDTypeCode = 47;
+
+// Container format versions add dtype codes (spec §6, §9): 1.0 defines codes 1-46, 1.1 adds 47.
+// The highest code format version 1.`minor` defines (minors above the newest known: kMaxDTypeCode).
+uint16_t MaxDTypeCodeOfMinor(uint16_t minor);
+// The lowest minor version of format 1 that defines `dtype` (0 for an invalid code).
+uint16_t MinorVersionOfDType(DType dtype);
 
 // True for every code listed above except kInvalid.
 bool IsValidDType(uint16_t code);

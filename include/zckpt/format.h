@@ -11,7 +11,7 @@
 namespace zckpt::format {
 
 inline constexpr uint16_t kMajorVersion = 1;
-inline constexpr uint16_t kMinorVersion = 0;
+inline constexpr uint16_t kMinorVersion = 1;  // the newest minor this implementation reads and writes
 
 inline constexpr uint8_t kSuperblockMagic[8] = {0x89, 'Z', 'C', 'K', '\r', '\n', 0x1A, '\n'};
 inline constexpr uint8_t kFooterMagic[8] = {'Z', 'C', 'K', 'P', 'T', 'E', 'N', 'D'};

@@ -25,6 +25,9 @@ struct LoadOptions {
   unsigned slots = 4;           // ring slots (>= 1)
   unsigned reader_threads = 2;  // threads reading + checking chunks (>= 1)
   bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
+  // Load: also build TensorSet::tree from the kept object pickle (a malformed pickle is then an
+  // error). Off: the tensors only, the tree None.
+  bool object_tree = true;
   ReadMethod method = ReadMethod::kAuto;
   // CPU destinations: read (or decode) the chunks of storages >= 64 KiB straight into the
   // destination instead of a slot + memcpy. On by default (one copy less, ~2x faster measured);

@@ -129,3 +129,17 @@ void AtomicFile::Abort() {
 }
 
 }  // namespace zckpt
+void AtomicFile::WriteAt(uint64_t offset, const void* data, size_t size) {
+  if (done_) throw Error(ErrorKind::kInvalidArgument, "write after commit/abort: " + destination_);
+  if (offset > position_ || size > position_ - offset)
+    throw Error(ErrorKind::kInvalidArgument, "WriteAt past the end written: " + destination_);
+  FlushBuffer();  // the range may still be in the buffer
+  const char* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < size;) {
+    ssize_t n = ::pwrite(fd_, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ThrowIo("cannot write", destination_, n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+}
+

@@ -37,6 +37,9 @@ class AtomicFile {
 
  private:
   void FlushBuffer();
+  // Overwrites bytes already written at [offset, offset + size) (a header known only at the end);
+  // the range must end at or before position(). Errors as Write.
+  void WriteAt(uint64_t offset, const void* data, size_t size);
   void WriteAll(const char* p, size_t size);
 
   std::string destination_;

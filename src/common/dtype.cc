@@ -62,7 +62,11 @@ constexpr std::array<DTypeInfo, kMaxDTypeCode + 1> kTable = {{
     {DType::kInt5, "int5", 1, ""},
     {DType::kInt6, "int6", 1, ""},
     {DType::kInt7, "int7", 1, ""},
+    {DType::kBComplex32, "bcomplex32", 4, ""},
 }};
+
+// The highest dtype code of each minor version of format 1, in minor order.
+constexpr uint16_t kMaxCodeOfMinor[] = {46, 47};
 
 struct Alias {
   std::string_view alias;
@@ -77,6 +81,20 @@ constexpr Alias kAliases[] = {
 }  // namespace
 
 bool IsValidDType(uint16_t code) { return code >= 1 && code <= kMaxDTypeCode; }
+
+uint16_t MaxDTypeCodeOfMinor(uint16_t minor) {
+  constexpr size_t n = std::size(kMaxCodeOfMinor);
+  static_assert(kMaxCodeOfMinor[n - 1] == kMaxDTypeCode);
+  return minor < n ? kMaxCodeOfMinor[minor] : kMaxDTypeCode;
+}
+
+uint16_t MinorVersionOfDType(DType dtype) {
+  auto code = static_cast<uint16_t>(dtype);
+  if (!IsValidDType(code)) return 0;
+  uint16_t minor = 0;
+  while (kMaxCodeOfMinor[minor] < code) ++minor;
+  return minor;
+}
 
 uint32_t DTypeSize(DType dtype) {
   auto code = static_cast<uint16_t>(dtype);

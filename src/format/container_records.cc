@@ -18,6 +18,20 @@ std::string Num(uint64_t v) { return std::to_string(v); }
 
 std::string Where(const char* table, uint64_t i) { return std::string(table) + " record " + Num(i) + ": "; }
 
+// Spec §6 and §9: a record's dtype must be a code of the file's own minor version. A code past
+// every one this reader knows, in a file of a newer minor, is unsupported (a newer dtype), not
+// corrupt. Returns "" when the code is fine.
+std::string DTypeProblem(uint16_t code, uint16_t minor, ErrorKind* kind) {
+  *kind = ErrorKind::kCorrupt;
+  if (code >= 1 && code <= MaxDTypeCodeOfMinor(minor)) return "";
+  std::string version = "format 1." + Num(minor);
+  if (code > kMaxDTypeCode && minor > kMinorVersion) {
+    *kind = ErrorKind::kUnsupported;
+    return "dtype code " + Num(code) + " of " + version + ", newer than this reader (1." + Num(kMinorVersion) + ")";
+  }
+  return "invalid dtype code " + Num(code) + (IsValidDType(code) ? " in " + version : "");
+}
+
 }  // namespace
 
 void Container::ValidateStringRef(StringRef ref, const char* table, uint64_t record, const char* field) const {
@@ -37,7 +51,8 @@ void Container::ValidateStoragesAndChunks() {
     auto fail = [&](const std::string& why) { Fail(ErrorKind::kCorrupt, Where("storage", s) + why); };
     ValidateStringRef(r.key, "storage", s, "key");
     ValidateStringRef(r.location, "storage", s, "location");
-    if (!IsValidDType(r.dtype)) fail("invalid dtype code " + Num(r.dtype));
+    ErrorKind kind;
+    if (std::string why = DTypeProblem(r.dtype, sb.minor, &kind); !why.empty()) Fail(kind, Where("storage", s) + why);
     if (r.flags & ~kKnownStorageFlags) fail("unknown flags " + Num(r.flags));
     if ((r.flags & kStorageUntyped) && r.dtype != uint16_t(DType::kUInt8)) fail("an untyped storage must have dtype uint8");
     if (!AllZero(rec + kStorageReserved.begin, kStorageReserved.end - kStorageReserved.begin))
@@ -100,7 +115,8 @@ void Container::ValidateTensors() {
     ValidateStringRef(r.name, "tensor", t, "name");
     ValidateStringRef(r.extra, "tensor", t, "extra");
     if (r.storage >= storages_.count) fail("storage " + Num(r.storage) + " does not exist");
-    if (!IsValidDType(r.dtype)) fail("invalid dtype code " + Num(r.dtype));
+    ErrorKind kind;
+    if (std::string why = DTypeProblem(r.dtype, superblock_.minor, &kind); !why.empty()) Fail(kind, Where("tensor", t) + why);
     if (r.ndim > kMaxTensorDims) fail("ndim " + Num(r.ndim) + " is more than 64");
     if (r.flags & ~kKnownTensorFlags) fail("unknown flags " + Num(r.flags));
     for (ByteRange b : kTensorReserved)

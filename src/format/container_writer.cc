@@ -60,6 +60,7 @@ struct ContainerWriter::Impl {
     superblock.large_alignment = o.large_alignment;
     superblock.small_alignment = o.small_alignment;
     superblock.large_threshold = o.large_threshold;
+    superblock.minor = 0;  // raised by the dtypes written (spec §9: the lowest version that holds them)
     uint8_t bytes[kSuperblockBytes];
     EncodeSuperblock(superblock, bytes);
     file.Write(bytes, sizeof bytes);
@@ -98,6 +99,7 @@ struct ContainerWriter::Impl {
     r.first_chunk = submitted;
     r.chunk_count = ChunkCount(total, options.chunk_bytes);
     r.dtype = code;
+    superblock.minor = std::max(superblock.minor, MinorVersionOfDType(s.dtype));
     r.flags = s.untyped ? kStorageUntyped : 0;
     storages.push_back({r, s.key, s.location});
     open = true;
@@ -154,8 +156,9 @@ struct ContainerWriter::Impl {
     blobs.push_back({name, offset, bytes.size(), Checksum(bytes.data(), bytes.size())});
   }
 
-  // Commit's checks of the tensors (spec §5.3), then their records.
-  void AddTensorRecords(IndexBuilder& index) const {
+  // Commit's checks of the tensors (spec §5.3), then their records; raises the minor version to
+  // what their dtypes need.
+  void AddTensorRecords(IndexBuilder& index) {
     for (const NewTensor& t : tensors) {
       auto fail = [&](const std::string& why) { Invalid(file.destination() + ": tensor '" + t.name + "': " + why); };
       if (t.storage >= storages.size()) fail("storage " + std::to_string(t.storage) + " does not exist");
@@ -174,6 +177,7 @@ struct ContainerWriter::Impl {
       r.name = index.Intern(t.name);
       r.storage = t.storage;
       r.dtype = static_cast<uint16_t>(t.dtype);
+      superblock.minor = std::max(superblock.minor, MinorVersionOfDType(t.dtype));
       r.ndim = static_cast<uint16_t>(t.shape.size());
       r.storage_offset = t.storage_offset;
       r.flags = t.flags;
@@ -205,6 +209,12 @@ struct ContainerWriter::Impl {
     file.Write(bytes.data(), bytes.size());
     Pad(64);
     footer.file_bytes = file.position() + kFooterBytes;
+    footer.minor = superblock.minor;
+    if (superblock.minor != 0) {  // a dtype of a later minor: the superblock written first says 1.0
+      uint8_t sb[kSuperblockBytes];
+      EncodeSuperblock(superblock, sb);
+      file.WriteAt(0, sb, sizeof sb);
+    }
     uint8_t encoded[kFooterBytes];
     EncodeFooter(footer, encoded);
     file.Write(encoded, sizeof encoded);

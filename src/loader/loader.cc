@@ -53,7 +53,7 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
 
   LoadResult result;
   result.stats = loader::StreamChunks(*c, d, options, cuda_devices);
-  loader::FinishResult(*c, bytes, views, t0, &result, &result.stats);
+  loader::FinishResult(*c, bytes, views, options.object_tree, t0, &result, &result.stats);
   return result;
 }
 

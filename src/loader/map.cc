@@ -81,7 +81,7 @@ MapResult MapImpl(const std::string& path, bool views) {
     result.stats.decoded_bytes += info.raw_bytes;
     bytes.push_back(std::move(owned));
   }
-  loader::FinishResult(*c, bytes, views, t0, &result, &result.stats);
+  loader::FinishResult(*c, bytes, views, true, t0, &result, &result.stats);
   return result;
 }
 

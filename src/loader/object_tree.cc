@@ -171,9 +171,7 @@ c10::IValue BuildObjectTree(const Container& c, const TensorSet& set) {
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     return TreeBuilder(c, set, model).Convert(tree.root);
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kUnsafe || e.kind() == ErrorKind::kCorrupt)
-      throw Error(e.kind(), c.path() + ": object pickle: " + e.what());
-    throw;
+    throw Error(e.kind(), c.path() + ": object pickle: " + e.what());
   }
 }
 

@@ -26,7 +26,7 @@ constexpr std::array<std::string_view, kMaxDTypeCode + 1> kC10Names = {
     "QUInt8",       "QInt32",        "QUInt4x2",      "QUInt2x4",       "Bits1x8",      "Bits2x4",
     "Bits4x2",      "Bits8",         "Bits16",        "UInt1",          "UInt2",        "UInt3",
     "UInt4",        "UInt5",         "UInt6",         "UInt7",          "Int1",         "Int2",
-    "Int3",         "Int4",          "Int5",          "Int6",           "Int7",
+    "Int3",         "Int4",          "Int5",          "Int6",           "Int7",         "BComplex32",
 };
 
 const std::map<std::string_view, c10::ScalarType>& C10Types() {
@@ -93,7 +93,8 @@ at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t st
   return v;
 }
 
-void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out) {
+void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
+                    bool tree) {
   for (uint32_t s = 0; s < c.storage_count(); ++s) out->storages_by_key.emplace(std::string(c.storage(s).key), bytes[s]);
   if (!views) return;
   out->tensors.reserve(c.tensor_count());
@@ -105,7 +106,7 @@ void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bo
     out->tensors.emplace_back(std::string(t.name), MakeView(storage, t, static_cast<int64_t>(t.storage_offset)));
     out->meta.push_back(TensorMeta{std::string(c.storage(t.storage).key), t.flags, std::string(t.extra)});
   }
-  out->tree = BuildObjectTree(c, *out);
+  if (tree) out->tree = BuildObjectTree(c, *out);
 }
 
 }  // namespace zckpt::loader

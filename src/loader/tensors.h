@@ -47,15 +47,17 @@ auto WithTorchErrors(F&& f) -> decltype(f()) {
 }
 
 // Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
-// `views`, out->tensors/meta/index_ with a view per tensor record and out->tree (object_tree.h).
-void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out);
+// `views`, out->tensors/meta/index_ with a view per tensor record and, with `tree` too,
+// out->tree (object_tree.h).
+void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
+                    bool tree = true);
 
 // The end Load and Map share: the tensor set over `bytes`, then the counts and the wall time
 // since `t0` into `stats` (LoadStats or MapStats).
 template <typename Stats>
-void FinishResult(const Container& c, const std::vector<at::Tensor>& bytes, bool views,
+void FinishResult(const Container& c, const std::vector<at::Tensor>& bytes, bool views, bool tree,
                   std::chrono::steady_clock::time_point t0, TensorSet* out, Stats* stats) {
-  WithTorchErrors([&] { BuildTensorSet(c, bytes, views, out); });
+  WithTorchErrors([&] { BuildTensorSet(c, bytes, views, out, tree); });
   stats->storages = c.storage_count();
   stats->tensors = out->tensors.size();
   stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

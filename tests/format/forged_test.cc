@@ -240,8 +240,31 @@ TEST_F(Forged, EmptyStringWithOffset) {
 TEST_F(Forged, StorageBadDType) {
   f.Set16(storage(0) + 40, 0);
   ExpectCorrupt("storage record 0: invalid dtype code 0");
-  f.Set16(storage(0) + 40, 47);
-  ExpectCorrupt("invalid dtype code 47");
+  f.Set16(storage(0) + 40, 47);  // bcomplex32 is a code of format 1.1, not of this 1.0 file
+  ExpectCorrupt("storage record 0: invalid dtype code 47 in format 1.0");
+}
+
+// §6/§9: which dtype codes a file may use depends on its minor version.
+TEST_F(Forged, DTypeCodesFollowTheMinorVersion) {
+  auto minor = [&](uint16_t m) {
+    f.Set16(f.superblock() + 10, m);
+    f.Set16(f.footer() + 34, m);
+  };
+  // A bcomplex32 view (4 bytes per element) of the 8-byte storage of tensor 0: valid from 1.1.
+  const uint16_t code = static_cast<uint16_t>(DType::kBComplex32);
+  f.Set16(tensor(0) + 12, code);
+  minor(0);
+  ExpectCorrupt("tensor record 0: invalid dtype code 47 in format 1.0");
+  minor(1);
+  OpenResult r = OpenAndVerify(f.Reseal());
+  // The wider elements may push the view past its storage; only the dtype rule is under test.
+  if (!r.opened) EXPECT_EQ(r.message.find("dtype"), std::string::npos) << r.message;
+  // A code past every known one: corrupt in a file of a known minor, unsupported (a newer
+  // dtype) in a file of a newer minor.
+  f.Set16(tensor(0) + 12, kMaxDTypeCode + 1);
+  ExpectCorrupt("tensor record 0: invalid dtype code 48");
+  minor(2);
+  ExpectRefused(ErrorKind::kUnsupported, "dtype code 48 of format 1.2, newer than this reader (1.1)");
 }
 
 TEST_F(Forged, StorageUnknownFlags) {

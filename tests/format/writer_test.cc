@@ -67,7 +67,7 @@ TEST(Writer, RefusesBadStorages) {
   ExpectWriterError(ErrorKind::kInvalidArgument, "invalid dtype",
                     [](ContainerWriter& w) { w.AddStorage({"a", "cpu", DType::kInvalid}, {}); });
   ExpectWriterError(ErrorKind::kInvalidArgument, "invalid dtype",
-                    [](ContainerWriter& w) { w.AddStorage({"a", "cpu", static_cast<DType>(47)}, {}); });
+                    [](ContainerWriter& w) { w.AddStorage({"a", "cpu", static_cast<DType>(kMaxDTypeCode + 1)}, {}); });
   ExpectWriterError(ErrorKind::kInvalidArgument, "not a multiple", [](ContainerWriter& w) {
     w.AddStorage({"a", "cpu", DType::kFloat32}, RandomBytes(6, 1));
   });
@@ -220,6 +220,33 @@ TEST(Writer, StatsAddUp) {
   EXPECT_LT(s.stored_bytes, 4096u + 1 + 3 * 200);
   EXPECT_EQ(s.file_bytes, ReadFileBytes(dir.File("x.zckpt")).size());
   EXPECT_EQ(w.destination(), dir.File("x.zckpt"));
+}
+
+// Spec §9: writers write the lowest version that holds what they write. bcomplex32 (code 47)
+// first exists in 1.1, whether a storage or only a tensor view over untyped bytes uses it (as
+// torch.save writes it); the superblock, written first, is rewritten at commit.
+TEST(Writer, MinorVersionIsTheLowestThatHoldsTheDtypes) {
+  TempDir dir;
+  auto minor_of = [&](const std::string& name, const std::function<void(ContainerWriter&)>& fill) {
+    ContainerWriter w(dir.File(name));
+    fill(w);
+    w.Commit();
+    auto c = Container::Open(dir.File(name));
+    EXPECT_EQ(c->footer().minor, c->superblock().minor) << name;
+    EXPECT_TRUE(c->Verify().ok()) << name;
+    return c->superblock().minor;
+  };
+  EXPECT_EQ(minor_of("old.zckpt", [](ContainerWriter& w) {
+              w.AddStorage({"s", "cpu", DType::kComplex32}, RandomBytes(16, 1));
+              w.AddTensor(Tensor("t", 0, DType::kInt7, {16}, {1}));
+            }), 0);
+  EXPECT_EQ(minor_of("view.zckpt", [](ContainerWriter& w) {
+              w.AddStorage({"s", "cpu", DType::kUInt8, /*untyped=*/true}, RandomBytes(16, 2));
+              w.AddTensor(Tensor("t", 0, DType::kBComplex32, {4}, {1}));
+            }), 1);
+  EXPECT_EQ(minor_of("storage.zckpt", [](ContainerWriter& w) {
+              w.AddStorage({"s", "cpu", DType::kBComplex32}, RandomBytes(16, 3));
+            }), 1);
 }
 
 }  // namespace

@@ -77,7 +77,10 @@ void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned stora
       w.AddTensor(v);
     }
   }
-  std::string blob = "pickle-ish bytes " + std::to_string(seed);
+  // A real (tiny) object pickle, {'seed': seed & 0xff} in protocol 2: loaders build the object
+  // tree from it.
+  std::string blob = std::string("\x80\x02}q\x00X\x04\x00\x00\x00seedq\x01K", 17) +
+                     static_cast<char>(seed & 0xff) + "s.";
   w.AddBlob("data.pkl", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(blob.data()), blob.size()));
   w.SetMetadata("zckpt.hardening.seed", std::to_string(seed));
   w.Commit();

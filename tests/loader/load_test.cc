@@ -293,6 +293,34 @@ TEST(Load, LoadStoragesSkipsViews) {
   for (const auto& s : f.storages()) EXPECT_TRUE(testing::BytesOf(r.storages_by_key.at(s.key)) == f.bytes(s.key));
 }
 
+// The object tree is built from the kept pickle: one that does not parse (or names a global
+// that runs code) makes Load an error naming the file; object_tree = false loads the tensors.
+TEST(Load, ObjectTreeFromAMalformedPickleIsAnError) {
+  testing::TempDir dir;
+  for (auto [pickle, kind, needle] : {
+           std::tuple{std::string("\x80\x02}q\x00X\x04", 7), ErrorKind::kCorrupt, "object pickle"},  // cut short
+           std::tuple{std::string("\x80\x02" "cos\nsystem\nq\x00.", 16), ErrorKind::kUnsafe, "os.system"},
+       }) {
+    Fixture f;
+    f.AddContiguous("w", DType::kFloat32, {8}, 3);
+    f.AddBlob("data.pkl", std::vector<uint8_t>(pickle.begin(), pickle.end()));
+    std::string path = f.WriteIn(dir, "bad-pickle.zckpt");
+    try {
+      Load(path, kCpu);
+      ADD_FAILURE() << "loaded a container whose object pickle is " << pickle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    LoadOptions o;
+    o.object_tree = false;
+    LoadResult r = Load(path, kCpu, o);
+    ExpectMatches(f, r);
+    EXPECT_TRUE(r.tree.isNone());
+  }
+}
+
 TEST(Load, NoVerifyStillLoads) {
   testing::TempDir dir;
   Fixture f = BigAndSmall(4);

@@ -61,6 +61,7 @@ void Fixture::Write(const std::string& path, const WriterOptions& options) const
   ContainerWriter w(path, options);
   for (const auto& s : storages_) w.AddStorage(s, bytes_.at(s.key));
   for (const auto& t : tensors_) w.AddTensor(t);
+  for (const auto& [name, bytes] : blobs_) w.AddBlob(name, bytes);
   w.Commit();
 }
 

@@ -27,6 +27,7 @@ class Fixture {
                  std::vector<int64_t> stride, uint64_t storage_offset = 0, uint32_t flags = 0);
   // A storage of its own (key "s<name>") holding a contiguous tensor of random bytes.
   void AddContiguous(const std::string& name, DType dtype, std::vector<int64_t> shape, uint64_t seed);
+  void AddBlob(const std::string& name, std::vector<uint8_t> bytes) { blobs_.emplace_back(name, std::move(bytes)); }
   void Write(const std::string& path, const WriterOptions& options) const;
   // Writes `name` in `dir` (4 KiB chunks unless told otherwise); returns its path.
   std::string WriteIn(const TempDir& dir, const std::string& name, const WriterOptions& options) const;
@@ -41,6 +42,7 @@ class Fixture {
   std::vector<NewStorage> storages_;
   std::map<std::string, std::vector<uint8_t>> bytes_;
   std::vector<NewTensor> tensors_;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs_;
 };
 
 // WriterOptions with a small chunk size, so tests span many chunks quickly.

@@ -7,8 +7,10 @@ each in a process of its own with the files in the page cache, best of --repeat:
   cpu   zckpt load (verified, unverified, in place), torch.load(map_location='cpu'),
         safetensors load_file (which maps the file lazily on CPU: also timed reading every
         page), a read of the file into fresh memory, a memcpy of as many bytes into fresh
-        memory; zckpt load --map vs torch.load(mmap=True)
-  cuda  zckpt load --device cuda (and in place), torch.load(map_location='cuda'), safetensors
+        memory and into memory already faulted in, zckpt.load (the Python package);
+        zckpt load --map vs torch.load(mmap=True)
+  cuda  zckpt load --device cuda (and in place), zckpt.load(map_location='cuda'),
+        torch.load(map_location='cuda'), safetensors
         load_file(device='cuda'), a pinned host-to-device copy of as many bytes
 
 and prints seconds, GB/s, the ratio to zckpt load and the peak memory each took: host RSS
@@ -66,10 +68,15 @@ def child(kind, path, nbytes):
     keep = []
     touch = kind.endswith("_touch")
     kind = kind[: -len("_touch")] if touch else kind
-    if kind in ("memcpy", "read"):
+    if kind in ("memcpy", "memcpy_warm", "read"):
         import numpy as np
 
-        src = np.ones(nbytes, np.uint8) if kind == "memcpy" else None
+        src = np.ones(nbytes, np.uint8) if kind.startswith("memcpy") else None
+        if kind == "memcpy_warm":  # destination already faulted in: the copy alone
+            dst = torch.empty(nbytes, dtype=torch.uint8).numpy()
+            dst.fill(0)
+    if kind.startswith("zckpt_py"):
+        import zckpt
     if kind == "pinned_cuda":
         src = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
     reset_peak()
@@ -96,6 +103,13 @@ def child(kind, path, nbytes):
         dst = torch.empty(nbytes, dtype=torch.uint8).numpy()
         np.copyto(dst, src)
         keep.append(dst)
+    elif kind == "memcpy_warm":
+        np.copyto(dst, src)
+        keep.append(dst)
+    elif kind == "zckpt_py":
+        keep.append(zckpt.load(path, map_location="cpu"))
+    elif kind == "zckpt_py_cuda":
+        keep.append(zckpt.load(path, map_location="cuda"))
     elif kind == "read":
         dst = torch.empty(os.path.getsize(path), dtype=torch.uint8).numpy()
         with open(path, "rb", buffering=0) as f:
@@ -148,9 +162,15 @@ def make_files(workdir, gib):
     return pt, st
 
 
+PY_PACKAGE = None  # BUILD/src/python, holding the built `zckpt` package (set from --zckpt)
+
+
 def run_child(kind, path, nbytes):
+    env = dict(os.environ)
+    if PY_PACKAGE:
+        env["PYTHONPATH"] = PY_PACKAGE + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, __file__, "--child", kind, path, str(nbytes)],
-                         check=True, capture_output=True, text=True)
+                         check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -182,6 +202,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="zckpt reader threads (0: its default)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = ap.parse_args()
+    global PY_PACKAGE
+    PY_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.zckpt))), "src", "python")
     if args.child:
         return child(args.child[0], args.child[1], int(args.child[2]))
 
@@ -208,11 +230,13 @@ def main():
         add("zckpt load (verified)", lambda: run_zckpt(args.zckpt, zc, extra))
         add("zckpt load --no-verify", lambda: run_zckpt(args.zckpt, zc, extra + ["--no-verify"]))
         add("zckpt load --into (in place)", lambda: run_zckpt(args.zckpt, zc, extra + ["--into"]))
+        add("zckpt.load (Python) map_location=cpu", lambda: run_child("zckpt_py", zc, nbytes))
         add("torch.load map_location=cpu", lambda: run_child("torch", pt, nbytes))
         add("safetensors load_file (lazy mmap)", lambda: run_child("safetensors", st, nbytes))
         add("safetensors load_file + read pages", lambda: run_child("safetensors_touch", st, nbytes))
         add("read(2) file into fresh memory", lambda: run_child("read", zc, nbytes))
         add("memcpy into fresh memory", lambda: run_child("memcpy", zc, nbytes))
+        add("memcpy into warm memory", lambda: run_child("memcpy_warm", zc, nbytes))
         add("zckpt load --map", lambda: run_zckpt(args.zckpt, zc, ["--map"]), "map")
         add("torch.load mmap=True", lambda: run_child("torch_mmap", pt, nbytes), "map")
         add("torch.load mmap=True + read pages", lambda: run_child("torch_mmap_touch", pt, nbytes), "map")
@@ -220,6 +244,7 @@ def main():
         add("zckpt load --device cuda", lambda: run_zckpt(args.zckpt, zc, extra + ["--device", "cuda"]))
         add("zckpt load --device cuda --no-verify", lambda: run_zckpt(args.zckpt, zc, extra + ["--device", "cuda", "--no-verify"]))
         add("zckpt load --device cuda --into", lambda: run_zckpt(args.zckpt, zc, extra + ["--device", "cuda", "--into"]))
+        add("zckpt.load (Python) map_location=cuda", lambda: run_child("zckpt_py_cuda", zc, nbytes))
         add("torch.load map_location=cuda", lambda: run_child("torch_cuda", pt, nbytes))
         add("safetensors load_file cuda", lambda: run_child("safetensors_cuda", st, nbytes))
         add("pinned cudaMemcpy (H2D)", lambda: run_child("pinned_cuda", zc, nbytes))

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "zckpt/format.h"
 
 namespace {
 
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
     return zckpt::cli::kExitOk;
   }
   if (name == "--version") {
-    std::printf("zckpt %s (container format 1.0)\n", ZCKPT_VERSION);
+    std::printf("zckpt %s (container format %u.%u)\n", ZCKPT_VERSION, unsigned{zckpt::format::kMajorVersion},
+                unsigned{zckpt::format::kMinorVersion});
     return zckpt::cli::kExitOk;
   }
   zckpt::cli::Argv args(argv + 2, argv + argc);
