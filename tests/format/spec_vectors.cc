@@ -238,6 +238,12 @@ std::vector<SpecVector> MakeSpecVectors() {
     w.AddBlob("data.pkl", std::vector<uint8_t>{0x80, 0x02, 0x7d, 0x71, 0x00, 0x2e});  // pickle of {}
     w.SetMetadata("zckpt.source.format", "zip");
   }));
+  // Format 1.1: a bcomplex32 view of untyped bytes, as torch 2.15 saves one. The pairs are
+  // bfloat16 (real, imag): 1+2j, -0.5+0j.
+  out.push_back(good("bcomplex32", [](ContainerWriter& w) {
+    w.AddStorage({"0", "cpu", DType::kUInt8, true}, std::vector<uint8_t>{0x80, 0x3f, 0x00, 0x40, 0x00, 0xbf, 0x00, 0x00});
+    w.AddTensor(Tensor("z", 0, DType::kBComplex32, {2}, {1}));
+  }));
 
   std::vector<uint8_t> base = BuildContainer(f32_2x3, o);
   {
