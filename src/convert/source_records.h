@@ -14,7 +14,9 @@ namespace zckpt::convert {
 
 inline constexpr std::string_view kKeyFormat = "zckpt.source.format";    // "zip" | "legacy"
 inline constexpr std::string_view kKeyPrefix = "zckpt.source.prefix";    // zip record prefix
-inline constexpr std::string_view kKeyRecords = "zckpt.source.records";  // zip record names, '\n'-separated
+// zip record names in archive order, each followed by a NUL: names may hold any other byte
+// (a newline included), and the zip reader refuses names with a NUL.
+inline constexpr std::string_view kKeyRecords = "zckpt.source.records";
 inline constexpr std::string_view kKeyName = "zckpt.source.name";
 inline constexpr std::string_view kKeyBytes = "zckpt.source.bytes";
 inline constexpr std::string_view kLegacyHeaderBlob = "legacy.header";

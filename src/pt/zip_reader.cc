@@ -278,13 +278,17 @@ void Parser::ReadLocalHeader(uint64_t cd_offset, ZipEntry* e) const {
                                            " bytes runs into the central directory at byte " + std::to_string(cd_offset));
 }
 
-// Names must be unique (a second entry of the same name could shadow a storage), and every
+// Names must be unique and free of NUL bytes (a second entry of the same name could shadow a
+// storage; a NUL makes two readers see two names), and every
 // entry's local header + payload must own its bytes: two entries sharing bytes is how a forged
 // archive would make one tensor alias another.
 void Parser::CheckUniqueAndDisjoint(const std::vector<ZipEntry>& entries,
                                     std::unordered_map<std::string, size_t>* by_name) const {
   by_name->reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
+    // A NUL ends the name for every C reader (torch's miniz included): two readers would disagree.
+    if (entries[i].name.find('\0') != std::string::npos)
+      FailEntry(ErrorKind::kCorrupt, entries[i], "entry name holds a NUL byte");
     if (!by_name->emplace(entries[i].name, i).second)
       FailEntry(ErrorKind::kCorrupt, entries[i], "duplicate entry name");
   }
