@@ -201,6 +201,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="zckpt reader threads (0: its default)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    ap.add_argument("--out", help="also write the rows (and the run's settings) as JSON to this file")
     args = ap.parse_args()
     global PY_PACKAGE
     PY_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.zckpt))), "src", "python")
@@ -270,6 +271,9 @@ def main():
     print("RSS peak +: VmHWM after the load minus VmRSS before it, read by the process itself.")
     if args.json:
         print(json.dumps(rows))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": args.device, "gib": args.gib, "repeat": args.repeat, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
