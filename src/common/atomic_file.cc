@@ -1,12 +1,18 @@
 #include "common/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <random>
+#include <string_view>
+#include <vector>
 
 #include "zckpt/error.h"
 
@@ -33,6 +39,45 @@ std::string BaseName(const std::string& path) {
   throw Error(ErrorKind::kIo, what + " " + path + ": " + std::strerror(err));
 }
 
+std::string TempPrefix(const std::string& destination) { return "." + BaseName(destination) + ".zckpt-tmp-"; }
+
+// Takes the writer's lock on its temporary. A cleaner may hold it for an instant (it then sees a
+// fresh file and lets go), hence a blocking lock. A filesystem without flock: no lock, and then
+// no cleaner can take one either, so nothing there is ever removed.
+void LockTemp(int fd) {
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+// Removes the destination's temporaries left by dead writers (see atomic_file.h). `own` is the
+// caller's temporary (a name, skipped). Never throws.
+void RemoveStaleTemps(const std::string& destination, const std::string& own) {
+  const std::string dir = DirName(destination), prefix = TempPrefix(destination);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix && name != own) names.emplace_back(name);
+  }
+  const int dfd = ::dirfd(d);
+  for (const std::string& name : names) {
+    int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st, named;
+    // Locked by nobody (its writer is gone), old enough, and the name still is this file (not
+    // removed and re-created by someone else since we opened it).
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        std::time(nullptr) - st.st_mtime >= kStaleTempSeconds &&
+        ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_ino == st.st_ino &&
+        named.st_dev == st.st_dev) {
+      (void)::unlinkat(dfd, name.c_str(), 0);
+    }
+    ::close(fd);  // drops the lock
+  }
+  ::closedir(d);
+}
+
 }  // namespace
 
 void SetAtomicFileFailAfterWrites(int n) { g_fail_after.store(n); }
@@ -48,6 +93,8 @@ AtomicFile::AtomicFile(const std::string& destination) : destination_(destinatio
     if (fd_ < 0 && errno != EEXIST) ThrowIo("cannot create temporary file for", destination, errno);
   }
   if (fd_ < 0) ThrowIo("cannot create temporary file for", destination, EEXIST);
+  LockTemp(fd_);
+  RemoveStaleTemps(destination, BaseName(temp_path_));
   buffer_.reserve(kBufferBytes);
 }
 
@@ -93,42 +140,6 @@ void AtomicFile::Write(const void* data, size_t size) {
   }
 }
 
-void AtomicFile::WriteZeros(uint64_t count) {
-  static const char zeros[4096] = {};
-  while (count > 0) {
-    size_t n = count < sizeof zeros ? static_cast<size_t>(count) : sizeof zeros;
-    Write(zeros, n);
-    count -= n;
-  }
-}
-
-void AtomicFile::Commit() {
-  if (done_) throw Error(ErrorKind::kInvalidArgument, "commit after commit/abort: " + destination_);
-  FlushBuffer();
-  if (::fsync(fd_) != 0) ThrowIo("cannot fsync", destination_, errno);
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    ThrowIo("cannot close", destination_, errno);
-  }
-  fd_ = -1;
-  if (::rename(temp_path_.c_str(), destination_.c_str()) != 0) ThrowIo("cannot rename into", destination_, errno);
-  done_ = true;
-  int dir = ::open(DirName(destination_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    (void)::fsync(dir);  // best effort: some filesystems refuse fsync on directories
-    ::close(dir);
-  }
-}
-
-void AtomicFile::Abort() {
-  if (done_) return;
-  done_ = true;
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  ::unlink(temp_path_.c_str());
-}
-
-}  // namespace zckpt
 void AtomicFile::WriteAt(uint64_t offset, const void* data, size_t size) {
   if (done_) throw Error(ErrorKind::kInvalidArgument, "write after commit/abort: " + destination_);
   if (offset > position_ || size > position_ - offset)
@@ -143,3 +154,46 @@ void AtomicFile::WriteAt(uint64_t offset, const void* data, size_t size) {
   }
 }
 
+void AtomicFile::WriteZeros(uint64_t count) {
+  static const char zeros[4096] = {};
+  while (count > 0) {
+    size_t n = count < sizeof zeros ? static_cast<size_t>(count) : sizeof zeros;
+    Write(zeros, n);
+    count -= n;
+  }
+}
+
+void AtomicFile::Commit() {
+  if (done_) throw Error(ErrorKind::kInvalidArgument, "commit after commit/abort: " + destination_);
+  FlushBuffer();
+  if (::fsync(fd_) != 0) ThrowIo("cannot fsync", destination_, errno);
+  // close(2) reports late write errors (NFS), so it comes before the rename; the lock must stay
+  // until after it (a cleaner would take an old-looking unlocked temporary). The lock belongs to
+  // the open file description, which a duplicate keeps open.
+  int lock_fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (lock_fd < 0) ThrowIo("cannot commit", destination_, errno);
+  if (::close(fd_) != 0) {
+    fd_ = lock_fd;
+    ThrowIo("cannot close", destination_, errno);
+  }
+  fd_ = lock_fd;
+  if (::rename(temp_path_.c_str(), destination_.c_str()) != 0) ThrowIo("cannot rename into", destination_, errno);
+  done_ = true;
+  ::close(fd_);
+  fd_ = -1;
+  int dir = ::open(DirName(destination_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);  // best effort: some filesystems refuse fsync on directories
+    ::close(dir);
+  }
+}
+
+void AtomicFile::Abort() {
+  if (done_) return;
+  done_ = true;
+  ::unlink(temp_path_.c_str());  // still locked: no cleaner races this
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace zckpt

@@ -4,7 +4,16 @@
 // atomic); Commit() fsyncs it, renames it over the destination and fsyncs the directory.
 // Destroying an uncommitted AtomicFile removes the temporary file. A process killed at any
 // point therefore leaves either the old destination or the new one, plus at worst a stale
-// `.NAME.zckpt-tmp-*` file that a later run of the same writer cleans up by name pattern.
+// `.NAME.zckpt-tmp-*` temporary.
+//
+// Stale temporaries are removed by the next AtomicFile for the same destination, without ever
+// touching a live writer's: every writer holds an exclusive flock(2) on its temporary for its
+// whole life (taken right after the O_CREAT|O_EXCL create, kept until after the rename or
+// unlink), and the kernel drops it when the writer dies, SIGKILL included. A new writer removes
+// the destination's other `.NAME.zckpt-tmp-*` regular files whose lock it can take without
+// waiting (LOCK_NB) and whose mtime is at least kStaleTempSeconds old; the age test covers the
+// instant between another writer's create and its flock. Best effort: a temporary it cannot
+// open, lock or remove (other owner, a filesystem without flock) is left alone.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +21,9 @@
 #include <string>
 
 namespace zckpt {
+
+// How old (mtime, seconds) an unlocked temporary must be before a new writer removes it.
+inline constexpr int kStaleTempSeconds = 5;
 
 class AtomicFile {
  public:
@@ -25,9 +37,12 @@ class AtomicFile {
   void Write(const void* data, size_t size);
   // Appends `count` zero bytes.
   void WriteZeros(uint64_t count);
+  // Overwrites bytes already written at [offset, offset + size) (a header known only at the end);
+  // the range must end at or before position(). Errors as Write.
+  void WriteAt(uint64_t offset, const void* data, size_t size);
   uint64_t position() const { return position_; }
 
-  // fsync, rename over the destination, fsync the directory.
+  // fsync, rename over the destination (the temporary still locked), fsync the directory.
   void Commit();
   // Removes the temporary file now.
   void Abort();
@@ -37,9 +52,6 @@ class AtomicFile {
 
  private:
   void FlushBuffer();
-  // Overwrites bytes already written at [offset, offset + size) (a header known only at the end);
-  // the range must end at or before position(). Errors as Write.
-  void WriteAt(uint64_t offset, const void* data, size_t size);
   void WriteAll(const char* p, size_t size);
 
   std::string destination_;
