@@ -1,6 +1,8 @@
 // zckpt export: container -> `.pt`.
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
@@ -32,9 +34,13 @@ void StreamStorage(const Container& c, uint32_t s, Sink&& sink) {
   }
 }
 
-std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name) {
+// A blob the container's own metadata says it holds (`named_by`): one that is missing makes the
+// container damaged or forged (kCorrupt, exit 1), not the caller's mistake.
+std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by) {
   auto blob = c.FindBlob(name);
-  if (!blob) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no blob '" + std::string(name) + "' to export");
+  if (!blob)
+    throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + std::string(named_by) + " names '" + std::string(name) +
+                                         "', but the container holds no blob (or storage) of that name");
   auto bytes = c.BlobBytes(*blob);
   if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum)
     throw Error(ErrorKind::kCorrupt, c.path() + ": blob '" + std::string(name) + "' fails its checksum");
@@ -57,26 +63,34 @@ void ExportZip(const Container& c, const std::string& destination) {
     for (uint32_t s = 0; s < c.storage_count(); ++s)
       names.push_back(std::string(convert::kStorageRecordPrefix) + std::string(c.storage(s).key));
   }
+  // Storage records (`data/<key>` of a storage) are streamed from the storage, the rest are
+  // blobs. Every name is resolved before anything is written: a container whose record list
+  // names something it does not hold fails at once, not after gigabytes.
+  const std::string named_by = "metadata '" + std::string(convert::kKeyRecords) + "'";
+  std::vector<std::optional<uint32_t>> storage_of(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (name.rfind(convert::kStorageRecordPrefix, 0) == 0)
+      storage_of[i] = c.FindStorage(std::string_view(name).substr(convert::kStorageRecordPrefix.size()));
+    if (!storage_of[i] && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
+  }
   pt::TorchZipWriter zip(destination, prefix ? std::string(*prefix) : std::string("archive"));
-  for (const std::string& name : names) {
-    if (name.rfind(convert::kStorageRecordPrefix, 0) == 0) {
-      std::string key = name.substr(convert::kStorageRecordPrefix.size());
-      auto s = c.FindStorage(key);
-      if (s) {
-        zip.BeginRecord(name, c.storage(*s).raw_bytes);
-        StreamStorage(c, *s, [&](std::span<const uint8_t> piece) { zip.Append(piece); });
-        zip.EndRecord();
-        continue;
-      }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (storage_of[i]) {
+      zip.BeginRecord(names[i], c.storage(*storage_of[i]).raw_bytes);
+      StreamStorage(c, *storage_of[i], [&](std::span<const uint8_t> piece) { zip.Append(piece); });
+      zip.EndRecord();
+    } else {
+      zip.WriteRecord(names[i], CheckedBlob(c, names[i], named_by));
     }
-    zip.WriteRecord(name, CheckedBlob(c, name));
   }
   zip.Commit();
 }
 
 void ExportLegacy(const Container& c, const std::string& destination) {
+  const std::string legacy = "metadata '" + std::string(convert::kKeyFormat) + "' = legacy";
+  auto header = CheckedBlob(c, convert::kLegacyHeaderBlob, legacy);
   AtomicFile out(destination);
-  auto header = CheckedBlob(c, convert::kLegacyHeaderBlob);
   out.Write(header.data(), header.size());
   for (uint32_t s = 0; s < c.storage_count(); ++s) {
     StorageInfo info = c.storage(s);
@@ -88,7 +102,7 @@ void ExportLegacy(const Container& c, const std::string& destination) {
     StreamStorage(c, s, [&](std::span<const uint8_t> piece) { out.Write(piece.data(), piece.size()); });
   }
   if (c.FindBlob(convert::kLegacyTrailerBlob)) {
-    auto trailer = CheckedBlob(c, convert::kLegacyTrailerBlob);
+    auto trailer = CheckedBlob(c, convert::kLegacyTrailerBlob, legacy);
     out.Write(trailer.data(), trailer.size());
   }
   out.Commit();
