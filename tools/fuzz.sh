@@ -18,6 +18,8 @@
 #   ZCKPT_VENV        the project's virtualenv (default ~/.cache/zckpt/venv)
 #   ZCKPT_JOBS        build jobs (default 2)
 #   ZCKPT_FUZZ_ARGS   extra libFuzzer flags
+#   ZCKPT_FUZZ_TORCH  -Dtorch= of a new build folder (default disabled: the targets need no torch;
+#                     tools/hardening-ci.sh passes auto, its ASan+UBSan suites include the loader's)
 # A crash replays with: $ZCKPT_FUZZ_BUILD/tests/fuzz/TARGET ARTIFACT
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,7 @@ BUILD=${ZCKPT_FUZZ_BUILD:-/tmp/zckpt-fuzz-build}
 WORK=${ZCKPT_FUZZ_WORK:-/tmp/zckpt-fuzz}
 VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 JOBS=${ZCKPT_JOBS:-2}
+TORCH=${ZCKPT_FUZZ_TORCH:-disabled}
 
 mkdir -p "$WORK"
 log() { printf '[fuzz] %s\n' "$*" >&2; }
@@ -42,10 +45,11 @@ done
 command -v clang++ >/dev/null || die "clang++ not found (apt-get install clang libclang-rt-14-dev)"
 
 # --- build -------------------------------------------------------------------------------------
+bash "$SRC/tools/build/check-build-dir.sh" "$BUILD" "$SRC" || die "build folder $BUILD is not this checkout's"
 if [ ! -f "$BUILD/build.ninja" ]; then
-  log "configuring $BUILD"
+  log "configuring $BUILD (-Dtorch=$TORCH)"
   CC=clang CXX=clang++ meson setup "$BUILD" -Dfuzz=enabled -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dtorch=disabled -Dpython_module=disabled -Dbuildtype=debugoptimized -Dcpp_args=-fsanitize=fuzzer-no-link \
+    -Dtorch="$TORCH" -Dpython_module=disabled -Dbuildtype=debugoptimized -Dcpp_args=-fsanitize=fuzzer-no-link \
     -Dpython="$VENV/bin/python" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; die "meson setup failed"; }
 fi
 log "building ${TARGETS[*]} and zckpt"

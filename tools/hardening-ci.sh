@@ -1,30 +1,33 @@
 #!/usr/bin/env bash
 # The hardening checks CI runs after the main tests (.ci/run calls it):
-#   1. every fuzz target for a short while (tools/fuzz.sh, ZCKPT_CI_FUZZ_SECONDS each, default 15);
-#   2. the torch-free suites under ASan+UBSan (tools/sanitize.sh --asan), in the same clang build
+#   1. every fuzz target for a short while (tools/fuzz.sh, ZCKPT_CI_FUZZ_SECONDS each, default 30:
+#      about two minutes for the four; run them long with tools/fuzz.sh SECONDS);
+#   2. every C++ suite under ASan+UBSan (tools/sanitize.sh --asan): the torch-free ones and, when
+#      the project's Python has torch, the LibTorch-linked loader suites, in the same clang build
 #      as the fuzzers (one build, not two: ASan+UBSan plus libFuzzer's coverage hooks, which are
-#      inert outside a fuzzer).
-# Last line: `N passed, N failed`, counting each fuzz target run as one case (failed when it
-# crashed or did not run) and each GoogleTest case as one (skipped cases are reported on the line
-# before, not counted). Exits 1 on any failure.
+#      inert outside a fuzzer; configured here with -Dtorch=auto).
+# Last line: `N passed, N failed, N skipped`, counting each fuzz target run as one case (failed
+# when it crashed or did not run) and each GoogleTest case as one. Exits 1 on any failure.
 #
 # Environment:
-#   ZCKPT_HARDENING_BUILD   build folder (default /tmp/zckpt-hardening-ci; kept, so reruns are incremental)
-#   ZCKPT_CI_FUZZ_SECONDS   seconds per fuzz target (default 15)
+#   ZCKPT_HARDENING_BUILD   build folder (default /tmp/zckpt-hardening-ci; kept, so reruns are
+#                           incremental; .ci/run passes <its build>-hardening). Fuzz seeds, corpora
+#                           and logs go to <that>-fuzz.
+#   ZCKPT_CI_FUZZ_SECONDS   seconds per fuzz target (default 30)
 #   ZCKPT_CI_TSAN=1         also run tools/sanitize.sh --tsan (adds a TSan build, ~3-4 min on 2 cores)
 #   ZCKPT_HARDENING_PT_MB   size of the .pt the SIGKILL test converts (default here 100)
 #   ZCKPT_VENV, ZCKPT_JOBS  as for tools/fuzz.sh and tools/sanitize.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ZCKPT_HARDENING_BUILD:-/tmp/zckpt-hardening-ci}
-SECS=${ZCKPT_CI_FUZZ_SECONDS:-15}
+SECS=${ZCKPT_CI_FUZZ_SECONDS:-30}
 export ZCKPT_HARDENING_PT_MB=${ZCKPT_HARDENING_PT_MB:-100}
 start=$(date +%s)
 passed=0 failed=0 skipped=0
 
 # --- 1. fuzzing ---------------------------------------------------------------------------------
 fuzz_log=$(mktemp)
-ZCKPT_FUZZ_BUILD=$BUILD ZCKPT_FUZZ_WORK=$BUILD-fuzz bash tools/fuzz.sh "$SECS" 2>&1 | tee "$fuzz_log"
+ZCKPT_FUZZ_BUILD=$BUILD ZCKPT_FUZZ_WORK=$BUILD-fuzz ZCKPT_FUZZ_TORCH=auto bash tools/fuzz.sh "$SECS" 2>&1 | tee "$fuzz_log"
 n_targets=$(grep -c '^  fuzz_[a-z_]*: ' "$fuzz_log")
 n_clean=$(grep -c '^  fuzz_[a-z_]*: .* 0 crash(es)$' "$fuzz_log")
 expected=$(bash -c 'source <(sed -n "/^ALL_TARGETS=/p" tools/fuzz.sh); echo ${#ALL_TARGETS[@]}')
@@ -54,6 +57,6 @@ if [ "${ZCKPT_CI_TSAN:-0}" = 1 ]; then
   ZCKPT_TSAN_BUILD=$BUILD-tsan sanitize --tsan
 fi
 
-echo "[hardening-ci] $(( $(date +%s) - start )) s in all; $skipped skipped"
-echo "$passed passed, $failed failed"
+echo "[hardening-ci] $(( $(date +%s) - start )) s in all"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds the torch-free layers under sanitizers and runs their GoogleTest suites.
+# Builds the project under sanitizers and runs its GoogleTest suites.
 #
 #   tools/sanitize.sh [--asan] [--tsan]       # default: both
 #
-# ASan+UBSan: everything but LibTorch (-Dtorch=disabled -Dpython_module=disabled) built with
-#   -Db_sanitize=address,undefined (clang when present, else gcc); runs the suites format, pickle,
-#   pt, convert and hardening with halt_on_error=1 (any report fails its test).
+# ASan+UBSan: every C++ suite: format, pickle, pt, convert, hardening and, when the project's
+#   Python has torch, the LibTorch-linked loader suites (-Dtorch=auto -Dpython_module=disabled,
+#   -Db_sanitize=address,undefined, clang when present, else gcc). LibTorch itself is not
+#   instrumented: our code calling it is, and ASan intercepts every allocation, torch's too.
+#   Runs with halt_on_error=1 (any report fails its test) and leak detection on;
+#   protect_shadow_gap=0 lets the CUDA driver map memory where ASan would not (a GPU host).
+#   The pytest suites (Python + the pybind11 module) are not run under the sanitizers.
 # TSan: the same without torch, -Db_sanitize=thread; runs the threaded suites: hardening_pipeline
 #   (the loader's torch-free pipeline core: ring, plan, chunk readers, reader threads, CPU copy
 #   engine), hardening_concurrency (threads and processes reading while others write),
@@ -18,6 +22,7 @@
 # Environment:
 #   ZCKPT_ASAN_BUILD  ASan+UBSan build folder (default /tmp/zckpt-asan-build); an existing
 #                     folder is reused as configured (tools/hardening-ci.sh passes its fuzz build)
+#   ZCKPT_ASAN_TORCH  -Dtorch= of a new ASan+UBSan folder (default auto; disabled: torch-free only)
 #   ZCKPT_TSAN_BUILD  TSan build folder (default /tmp/zckpt-tsan-build)
 #   ZCKPT_VENV        the project's virtualenv (its torch writes .pt fixtures; default ~/.cache/zckpt/venv)
 #   ZCKPT_JOBS        build and test jobs (default 2)
@@ -34,7 +39,7 @@ for a in "$@"; do
   case $a in
     --asan) do_asan=1 ;;
     --tsan) do_tsan=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -47,14 +52,16 @@ if command -v clang++ >/dev/null; then
 else
   COMPILER=(env)
 fi
-COMMON=(-Dtorch=disabled -Dpython_module=disabled -Dbuildtype=debugoptimized -Db_lundef=false -Dpython="$VENV/bin/python")
+COMMON=(-Dpython_module=disabled -Dbuildtype=debugoptimized -Db_lundef=false -Dpython="$VENV/bin/python")
 
-# configure BUILD SANITIZER: meson setup unless the folder is already configured.
+# configure BUILD SANITIZER TORCH: meson setup unless the folder is already configured (from this
+# checkout).
 configure() {
-  local build=$1 sanitizer=$2
+  local build=$1 sanitizer=$2 torch=$3
+  bash "$SRC/tools/build/check-build-dir.sh" "$build" "$SRC" || return 1
   if [ -f "$build/build.ninja" ]; then return 0; fi
-  log "configuring $build (-Db_sanitize=$sanitizer)"
-  "${COMPILER[@]}" meson setup "$build" -Db_sanitize="$sanitizer" "${COMMON[@]}" >"$build.setup.log" 2>&1 \
+  log "configuring $build (-Db_sanitize=$sanitizer -Dtorch=$torch)"
+  "${COMPILER[@]}" meson setup "$build" -Db_sanitize="$sanitizer" -Dtorch="$torch" "${COMMON[@]}" >"$build.setup.log" 2>&1 \
     || { cat "$build.setup.log" >&2; return 1; }
 }
 
@@ -101,16 +108,19 @@ build() {
 }
 
 if ((do_asan)); then
-  if configure "$ASAN_BUILD" address,undefined && build "$ASAN_BUILD"; then
-    ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1} \
+  if ! configure "$ASAN_BUILD" address,undefined "${ZCKPT_ASAN_TORCH:-auto}"; then
+    build_failures=$((build_failures + 1))
+    status=1
+  elif build "$ASAN_BUILD"; then
+    ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:protect_shadow_gap=0} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
-      run_suites "$ASAN_BUILD" asan-ubsan format pickle pt convert hardening
+      run_suites "$ASAN_BUILD" asan-ubsan format pickle pt convert hardening loader
   fi
 fi
 
 if ((do_tsan)); then
   TSAN_TESTS=(hardening_pipeline hardening_concurrency hardening_crash format_verify format_unit)
-  if configure "$TSAN_BUILD" thread; then
+  if configure "$TSAN_BUILD" thread disabled; then
     # Only what the threaded suites need (and the zckpt tool they run), not every suite.
     mapfile -t targets < <(meson introspect --targets "$TSAN_BUILD" | python3 -c '
 import json, os, sys

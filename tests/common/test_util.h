@@ -6,6 +6,16 @@
 #include <string>
 #include <vector>
 
+// ZCKPT_UNDER_ASAN: defined when the code is built with AddressSanitizer (gcc or clang), for
+// tests whose resource bounds must allow for it (shadow memory, slower runs).
+#if defined(__SANITIZE_ADDRESS__)
+#define ZCKPT_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZCKPT_UNDER_ASAN 1
+#endif
+#endif
+
 namespace zckpt::testing {
 
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it on destruction.

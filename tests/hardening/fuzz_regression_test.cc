@@ -27,14 +27,6 @@
 #include "test_util.h"
 #include "zckpt/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ZCKPT_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ZCKPT_UNDER_ASAN 1
-#endif
-#endif
-
 namespace zckpt::hardening {
 namespace {
 
