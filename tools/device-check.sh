@@ -18,6 +18,7 @@ exec > >(tee "$OUT/device-check.log") 2>&1
 # budget, cut to what is left of ZCKPT_DEVICE_SECONDS (default 540) so the script always ends,
 # with $OUT written, before the command's limit.
 TOTAL=${ZCKPT_DEVICE_SECONDS:-540}
+: > "$OUT/steps.txt"
 START=$(date +%s)
 step() { printf '\n=== %s (%s, %ss elapsed)\n' "$1" "$(date +%T)" "$(( $(date +%s) - START ))"; }
 run_step() {  # run_step NAME SECONDS CMD...
@@ -41,18 +42,23 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1 | tee "$OUT/torch.txt"
 nproc; free -g | head -2
 
-# Packages carried from the dev machine: static libraries, so nothing is needed at run time.
+# Packages carried from the dev machine (tools/device-prep.sh): headers, .pc files, libraries.
 DEPS=$PWD/.device-deps/root
 if [ -d "$DEPS" ]; then
-  export PKG_CONFIG_PATH="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}"
-  export PKG_CONFIG_SYSROOT_DIR="$DEPS"
-  EXTRA=(-Dprefer_static=true -Dcpp_args=-I$DEPS/usr/include -Dc_args=-I$DEPS/usr/include)
-else
-  EXTRA=()
+  # Their .pc files say prefix=/usr: point copies at the carried tree. (PKG_CONFIG_SYSROOT_DIR
+  # would also prefix the host's own python3.pc and lose Python.h.)
+  PCDIR=$(mktemp -d)
+  for pc in "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+    sed "s|^prefix=/usr\$|prefix=$DEPS/usr|" "$pc" > "$PCDIR/$(basename "$pc")"
+  done
+  export PKG_CONFIG_PATH="$PCDIR:${PKG_CONFIG_PATH:-}"
+  # Shared, not static: Debian's libzstd.a is not PIC, and libzckpt is a shared library. The
+  # runtime packages came along too; the tests and benchmarks find them here.
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 
-run_step configure 90 meson setup "$BUILD" --wipe -Dpython="$(command -v "$PY")" -Dcuda=enabled -Dtorch=enabled "${EXTRA[@]}"
-unset PKG_CONFIG_SYSROOT_DIR
+WIPE=(); [ -f "$BUILD/build.ninja" ] && WIPE=(--wipe)  # a fresh folder cannot be wiped
+run_step configure 90 meson setup "$BUILD" "${WIPE[@]}" -Dpython="$(command -v "$PY")" -Dcuda=enabled -Dtorch=enabled
 # Only what the device checks need: the tool, the Python module, the loader suites.
 run_step build 240 ninja -C "$BUILD" -j "$(nproc)" tools/zckpt tools/zckpt-load \
   "src/python/zckpt/_C$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" \
