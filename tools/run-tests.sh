@@ -5,6 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ZCKPT_BUILD:-build}
+BUILD_ABS=$(realpath -m "$BUILD")  # ZCKPT_BUILD may be relative (to the checkout) or absolute
 VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 
 bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -16,8 +17,8 @@ meson test -C "$BUILD" --print-errorlogs --num-processes "$(nproc)" || status=1
 junits=("$BUILD/meson-logs/testlog.junit.xml")
 if ls tests/*/test_*.py >/dev/null 2>&1; then
   # The module and the zckpt binary come from the build folder (what `meson devenv` sets up).
-  ZCKPT_BIN="$PWD/$BUILD/tools/zckpt" ZCKPT_BUILD_ROOT="$PWD/$BUILD" meson devenv -C "$BUILD" \
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$PWD/tests" --junitxml="$PWD/$BUILD/pytest.junit.xml"
+  ZCKPT_BIN="$BUILD_ABS/tools/zckpt" ZCKPT_BUILD_ROOT="$BUILD_ABS" meson devenv -C "$BUILD" \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$PWD/tests" --junitxml="$BUILD_ABS/pytest.junit.xml"
   rc=$?
   # pytest exits 5 when it collected nothing: not a failure of the suite.
   if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then status=1; fi
