@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import FAMILY_NAMES, LEGACY_NAMES, ZIP_NAMES, rewrite_zip, zip_prefix, zip_records
-from torch_family import assert_deep_equal, diff, is_dtensor
+from torch_family import assert_deep_equal, diff, is_dtensor, is_sharded, local_of
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -94,15 +94,20 @@ def expected_tensors(obj):
 def _has_record(t):
     """Dense tensors are one record each; meta tensors none (no storage); sparse and nested
     tensors are their component tensors (`<name>.<arg>...`)."""
+    if is_sharded(t):
+        return True
     return t.device.type != "meta" and not t.is_nested and t.layout == torch.strided
 
 
 def _has_parts(t):
-    return t.is_nested or t.layout != torch.strided
+    return not is_sharded(t) and (t.is_nested or t.layout != torch.strided)
 
 
 def expected_record(t):
     flags = set()
+    if is_sharded(t):  # its one local shard is the record
+        flags.add("sharded")
+        t = local_of(t)
     if isinstance(t, torch.nn.Parameter):
         flags.add("param")
     if t.requires_grad:
@@ -125,7 +130,7 @@ def helper_tensor_names(records, tensors):
     """Records ls may add besides the object's tensors: a DTensor's mesh (`<name>._spec...`), a
     per-channel quantizer (`<name>.scales`, `<name>.zero_points`), the parts of a sparse or
     nested tensor (`<name>.1.0`, ...)."""
-    owners = [name for name, t in tensors if is_dtensor(t) or t.is_quantized]
+    owners = [name for name, t in tensors if is_dtensor(t) or (not is_sharded(t) and t.is_quantized)]
     parts = [name + "." for name, t in tensors if _has_parts(t)]
     return {r for r in records
             if any(r.startswith(name + "._spec.") or r in (name + ".scales", name + ".zero_points") for name in owners)
@@ -149,7 +154,7 @@ def test_ls_matches_saved_object(name, original, listings):
         got = dict(r, flags=set(filter(None, r["flags"].split(","))))
         want = expected_record(t)
         assert {k: got[k] for k in want} == want, tname
-        local = t._local_tensor if is_dtensor(t) else t
+        local = local_of(t)
         if not local.is_quantized and local.untyped_storage().nbytes():
             storage_of.setdefault(local.untyped_storage().data_ptr(), set()).add(r["storage"])
     # Tensors share an ls storage exactly when they share a torch storage.

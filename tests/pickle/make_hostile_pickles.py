@@ -55,11 +55,15 @@ def payloads():
 
 
 def first_global(data):
-    """(module.name, offset) of the first GLOBAL/INST/STACK_GLOBAL opcode."""
+    """(module.name, offset) of the first GLOBAL/INST/STACK_GLOBAL opcode the interpreter refuses
+    when it meets it: every one but getattr, which it holds back to read getattr(Class, 'Name')
+    (a nested class) and refuses later, at its own offset, when used any other way."""
     strings = []
     for op, arg, pos in pickletools.genops(data):
         if op.name in ("GLOBAL", "INST"):
             module, name = arg.split(" ", 1)
+            if name == "getattr" and module in ("builtins", "__builtin__"):
+                continue
             return "%s.%s" % (module, name), pos
         if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
             strings.append(arg)

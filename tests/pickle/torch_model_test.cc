@@ -256,11 +256,57 @@ TEST_F(TorchFiles, RenderTorchSummarizesTensors) {
             std::string::npos) << RenderTorch(sd.pickle, TorchPickle{});
 }
 
-TEST_F(TorchFiles, ShardedTensorAsTorchWritesItIsRefused) {
-  // torch pickles the nested ProcessGroupState class through `__builtin__ getattr`.
-  Error e = testing::CatchError([&] { Unpickle(testing::ReadBytes(dir + "/sharded_real.pkl")); });
-  EXPECT_EQ(e.kind(), ErrorKind::kUnsafe);
-  EXPECT_NE(std::string(e.what()).find("refused global '__builtin__.getattr'"), std::string::npos) << e.what();
+TEST_F(TorchFiles, ShardedTensorAsTorchWritesItIsRead) {
+  // torch pickles the nested ProcessGroupState class as `__builtin__ getattr`(ShardedTensor,
+  // 'ProcessGroupState'): read as the global ShardedTensor.ProcessGroupState, the file gives
+  // what the variant with the class at module level (a plain GLOBAL) gives.
+  Loaded real = Load(dir, "sharded_real");
+  Loaded plain = Load(dir, "sharded");
+  bool nested = false;
+  for (const GlobalRef& g : real.pickle.globals) {
+    EXPECT_NE(g.name, "getattr") << g.module;
+    nested = nested || (g.module == "torch.distributed._shard.sharded_tensor.api" && g.name == "ShardedTensor.ProcessGroupState");
+  }
+  EXPECT_TRUE(nested);
+  ASSERT_EQ(real.model.tensors.size(), plain.model.tensors.size());
+  ASSERT_FALSE(real.model.tensors.empty());
+  for (size_t i = 0; i < real.model.tensors.size(); ++i) {
+    const TorchTensor &a = real.model.tensors[i], &b = plain.model.tensors[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.shape, b.shape);
+    EXPECT_EQ(a.sharded_local, b.sharded_local);
+    EXPECT_TRUE(a.sharded_local) << a.name;
+    EXPECT_EQ(a.extra, b.extra);
+  }
+}
+
+// getattr is read in that one form only: on a refused global, a non-identifier, a dunder, a
+// non-global, or getattr itself kept as a value, it is refused at its own offset.
+TEST(GetattrForm, OnlyClassAndPublicNameIsRead) {
+  auto unpickle = [](const std::string& text) {
+    return Unpickle(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  };
+  UnpickleResult ok = unpickle("c__builtin__\ngetattr\n(ccollections\nOrderedDict\nS'Inner'\ntR.");
+  ASSERT_EQ(ok.root->kind, Kind::kGlobal);
+  EXPECT_EQ(ok.root->text, "collections");
+  EXPECT_EQ(ok.root->name, "OrderedDict.Inner");
+  for (const std::string& bad : {
+           std::string("c__builtin__\ngetattr\n(cposixpath\njoin\nS'__globals__'\ntR."),   // dunder
+           std::string("c__builtin__\ngetattr\n(ccollections\nOrderedDict\nS'a.b'\ntR."),  // not an identifier
+           std::string("c__builtin__\ngetattr\n(S'text'\nS'upper'\ntR."),                    // not a global
+           std::string("c__builtin__\ngetattr\n(ccollections\nOrderedDict\ntR."),          // wrong arity
+           std::string("c__builtin__\ngetattr\n."),                                             // kept as a value
+           std::string("(c__builtin__\ngetattr\nl."),                                            // inside a list
+       }) {
+    Error e = testing::CatchError([&] { unpickle(bad); });
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsafe) << bad << ": " << e.what();
+    EXPECT_EQ(std::string(e.what()).find("refused global '__builtin__.getattr' at pickle byte offset "), 0u)
+        << bad << ": " << e.what();
+  }
+  // Folded names are judged as if written: getattr(posixpath.os, 'system') is os.system.
+  Error e = testing::CatchError([&] { unpickle("c__builtin__\ngetattr\n(cposixpath\nos\nS'system'\ntR."); });
+  EXPECT_EQ(e.kind(), ErrorKind::kUnsafe) << e.what();
+  EXPECT_NE(std::string(e.what()).find("posixpath.os.system"), std::string::npos) << e.what();
 }
 
 TEST_F(TorchFiles, DTensorMeshIsWalked) {

@@ -66,6 +66,8 @@ def _project(obj, memo):
         return obj if INT64[0] <= obj <= INT64[1] else str(obj)
     if type(obj) in (bytes, bytearray):
         return _text(obj)
+    if torch_family.is_sharded(obj):  # its (one) local shard
+        return project(torch_family.local_of(obj), memo)
     if torch_family.is_dtensor(obj):  # its local tensor, requiring grad as the DTensor did
         local = obj._local_tensor.detach()
         return local.requires_grad_(obj.requires_grad) if obj.requires_grad else local
