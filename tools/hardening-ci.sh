@@ -14,7 +14,8 @@
 #                           incremental; .ci/run passes <its build>-hardening). Fuzz seeds, corpora
 #                           and logs go to <that>-fuzz.
 #   ZCKPT_CI_FUZZ_SECONDS   seconds per fuzz target (default 30)
-#   ZCKPT_CI_TSAN=1         also run tools/sanitize.sh --tsan (adds a TSan build, ~3-4 min on 2 cores)
+#   ZCKPT_CI_TSAN=1         also run tools/sanitize.sh --tsan in <build>-tsan (a third build, torch-free,
+#                           ~2-4 min on 2 cores with its tests; .ci/run sets it)
 #   ZCKPT_HARDENING_PT_MB   size of the .pt the SIGKILL test converts (default here 100)
 #   ZCKPT_VENV, ZCKPT_JOBS  as for tools/fuzz.sh and tools/sanitize.sh
 set -uo pipefail
