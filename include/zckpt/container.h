@@ -118,6 +118,9 @@ class Container {
   // Stored bytes of a chunk / bytes of a blob, as views into the mapping (not checked).
   std::span<const uint8_t> ChunkStored(uint64_t i) const;
   std::span<const uint8_t> BlobBytes(const BlobInfo& b) const;
+  // The bytes of blob `b` after checking them against its XXH3: Error(kCorrupt) naming the file
+  // and the blob when they differ.
+  std::span<const uint8_t> CheckedBlobBytes(const BlobInfo& b) const;
   // Raw bytes of a contiguous storage (all chunks codec 0); empty span otherwise.
   std::span<const uint8_t> StorageBytes(uint32_t s) const;
 

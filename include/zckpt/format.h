@@ -7,11 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace zckpt::format {
 
 inline constexpr uint16_t kMajorVersion = 1;
 inline constexpr uint16_t kMinorVersion = 1;  // the newest minor this implementation reads and writes
+// The blob holding the checkpoint's object pickle (spec §5.4).
+inline constexpr std::string_view kObjectPickleBlob = "data.pkl";
 
 inline constexpr uint8_t kSuperblockMagic[8] = {0x89, 'Z', 'C', 'K', '\r', '\n', 0x1A, '\n'};
 inline constexpr uint8_t kFooterMagic[8] = {'Z', 'C', 'K', 'P', 'T', 'E', 'N', 'D'};

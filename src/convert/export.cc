@@ -41,10 +41,7 @@ std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name, 
   if (!blob)
     throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + std::string(named_by) + " names '" + std::string(name) +
                                          "', but the container holds no blob (or storage) of that name");
-  auto bytes = c.BlobBytes(*blob);
-  if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum)
-    throw Error(ErrorKind::kCorrupt, c.path() + ": blob '" + std::string(name) + "' fails its checksum");
-  return bytes;
+  return c.CheckedBlobBytes(*blob);
 }
 
 void ExportZip(const Container& c, const std::string& destination) {

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "zckpt/format.h"
+
 namespace zckpt::convert {
 
 inline constexpr std::string_view kKeyFormat = "zckpt.source.format";    // "zip" | "legacy"
@@ -21,7 +23,7 @@ inline constexpr std::string_view kKeyName = "zckpt.source.name";
 inline constexpr std::string_view kKeyBytes = "zckpt.source.bytes";
 inline constexpr std::string_view kLegacyHeaderBlob = "legacy.header";
 inline constexpr std::string_view kLegacyTrailerBlob = "legacy.trailer";  // bytes after the data section
-inline constexpr std::string_view kObjectPickleBlob = "data.pkl";
+inline constexpr std::string_view kObjectPickleBlob = format::kObjectPickleBlob;
 inline constexpr std::string_view kStorageRecordPrefix = "data/";
 
 std::string JoinRecords(const std::vector<std::string>& names);

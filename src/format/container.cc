@@ -154,6 +154,13 @@ std::span<const uint8_t> Container::BlobBytes(const BlobInfo& b) const {
   return {data() + b.offset, b.bytes};
 }
 
+std::span<const uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
+  std::span<const uint8_t> bytes = BlobBytes(b);
+  if (format::Checksum(bytes.data(), bytes.size()) != b.checksum)
+    throw Error(ErrorKind::kCorrupt, path() + ": blob '" + std::string(b.name) + "' fails its checksum");
+  return bytes;
+}
+
 std::span<const uint8_t> Container::StorageBytes(uint32_t s) const {
   StorageInfo info = storage(s);
   if (!info.contiguous || info.raw_bytes == 0) return {};

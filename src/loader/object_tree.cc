@@ -20,8 +20,6 @@ namespace {
 using pickle::Kind;
 using pickle::Value;
 
-constexpr std::string_view kObjectPickle = "data.pkl";  // src/convert/source_records.h
-
 // "module.name" of a global, with the Python 2 module names protocol 0-2 pickles use mapped as
 // Python's unpickler maps them (fix_imports): `__builtin__.complex` is `builtins.complex`.
 std::string ClassName(const Value* global) {
@@ -157,15 +155,13 @@ class TreeBuilder {
 }  // namespace
 
 c10::IValue BuildObjectTree(const Container& c, const TensorSet& set) {
-  auto blob = c.FindBlob(kObjectPickle);
+  auto blob = c.FindBlob(format::kObjectPickleBlob);
   if (!blob) {
     c10::impl::GenericDict flat(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, t] : set.tensors) flat.insert(name, t);
     return flat;
   }
-  auto bytes = c.BlobBytes(*blob);
-  if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum)
-    throw Error(ErrorKind::kCorrupt, c.path() + ": blob 'data.pkl' (the object pickle) fails its checksum");
+  auto bytes = c.CheckedBlobBytes(*blob);
   try {
     pickle::UnpickleResult tree = pickle::Unpickle(bytes);
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);

@@ -51,9 +51,7 @@ py::bytes ReadBlob(const std::string& path, const std::string& name) {
   auto c = Container::Open(path);
   auto blob = c->FindBlob(name);
   if (!blob) throw Error(ErrorKind::kInvalidArgument, path + ": no blob '" + name + "'");
-  auto bytes = c->BlobBytes(*blob);
-  if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum)
-    throw Error(ErrorKind::kCorrupt, path + ": blob '" + name + "' fails its checksum");
+  auto bytes = c->CheckedBlobBytes(*blob);
   return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 

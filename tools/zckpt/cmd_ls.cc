@@ -60,13 +60,11 @@ struct PickleSummary {
 
 PickleSummary SummarizePickle(const Container& c) {
   PickleSummary out;
-  auto blob = c.FindBlob("data.pkl");
+  auto blob = c.FindBlob(format::kObjectPickleBlob);
   if (!blob) return out;
   out.present = true;
   try {
-    auto bytes = c.BlobBytes(*blob);
-    if (format::Checksum(bytes.data(), bytes.size()) != blob->checksum) throw Error(ErrorKind::kCorrupt, "data.pkl fails its checksum");
-    out.model = pickle::InterpretTorchPickle(pickle::Unpickle(bytes));
+    out.model = pickle::InterpretTorchPickle(pickle::Unpickle(c.CheckedBlobBytes(*blob)));
   } catch (const Error& e) {
     out.error = e.what();
   }
