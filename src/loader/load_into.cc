@@ -45,8 +45,8 @@ bool SavedContiguous(const TensorInfo& t) {
   return true;
 }
 
-// Why `target` cannot take `t`, or "" when it can.
-std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
+// Why `target` cannot be written in place at all, or "" when it can.
+std::string TargetProblem(const std::string& name, const at::Tensor& target) {
   if (!target.defined()) return "target '" + name + "' is an undefined tensor";
   // Wrapper subclasses (DTensor) have no storage of their own: writing through their
   // data_ptr() would write to nothing. Their local tensor is the target.
@@ -55,6 +55,11 @@ std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Ten
   if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
   if (!target.is_cpu() && !target.is_cuda())
     return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
+  return "";
+}
+
+// Why the file's dtype `t.dtype` cannot go into `target`'s, or "".
+std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
   c10::ScalarType st;
   try {
     st = loader::ToScalarType(t.dtype, "'" + name + "'");
@@ -64,12 +69,50 @@ std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Ten
   if (st != target.scalar_type())
     return "dtype mismatch for '" + name + "': the file has " + std::string(DTypeName(t.dtype)) + ", the target has " +
            std::string(c10::toString(target.scalar_type()));
-  if (c10::IntArrayRef(t.shape) != target.sizes())
-    return "size mismatch for '" + name + "': the file has shape " + Shape(t.shape) + ", the target has shape " +
-           Shape(target.sizes());
   if (c10::isQIntType(st) || (t.flags & format::kTensorQuantized))
     return "'" + name + "' is quantized: not supported by LoadInto";
   return "";
+}
+
+// Why `target` cannot take `t`, or "" when it can.
+std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
+  if (std::string why = TargetProblem(name, target); !why.empty()) return why;
+  if (std::string why = DTypeProblem(t, name, target); !why.empty()) return why;
+  if (c10::IntArrayRef(t.shape) != target.sizes())
+    return "size mismatch for '" + name + "': the file has shape " + Shape(t.shape) + ", the target has shape " +
+           Shape(target.sizes());
+  return "";
+}
+
+// The pieces carrying storage bytes [begin, end) of `s`, chunk by chunk: to `dst` (direct) or to
+// staging buffer `staged` (dst unused).
+void AddPieces(const StorageInfo& s, uint64_t chunk_bytes, uint64_t begin, uint64_t end, uint8_t* dst, int device,
+               int32_t staged, std::vector<std::pair<uint64_t, loader::Piece>>& pieces) {
+  for (uint64_t k = begin / chunk_bytes; k * chunk_bytes < end; ++k) {
+    uint64_t chunk_begin = k * chunk_bytes;
+    uint64_t lo = std::max(chunk_begin, begin);
+    uint64_t hi = std::min({chunk_begin + chunk_bytes, s.raw_bytes, end});
+    loader::Piece p;
+    p.chunk_offset = lo - chunk_begin;
+    p.bytes = hi - lo;
+    p.device = device;
+    if (staged < 0) p.dst = dst + (lo - begin);
+    p.staged = staged;
+    p.staged_offset = lo - begin;
+    pieces.emplace_back(s.first_chunk + k, p);
+  }
+}
+
+// Bytes written behind autograd's back: bump the version counters as copy_ would have.
+void BumpVersions(const std::vector<at::Tensor>& written) {
+  for (const at::Tensor& t : written)
+    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
+
+void NoteDevice(const at::Tensor& t, std::vector<int>& cuda_devices) {
+  int dev = t.is_cuda() ? t.get_device() : -1;
+  if (dev >= 0 && std::find(cuda_devices.begin(), cuda_devices.end(), dev) == cuda_devices.end())
+    cuda_devices.push_back(dev);
 }
 
 // A tensor whose bytes go through a host staging buffer.
@@ -129,11 +172,9 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
     const at::Tensor& dst = target->second;
     ++report.tensors_copied;
     if (info.byte_end == info.byte_begin) continue;  // no elements
+    NoteDevice(dst, cuda_devices);
     int dev = dst.is_cuda() ? dst.get_device() : -1;
-    if (dev >= 0 && std::find(cuda_devices.begin(), cuda_devices.end(), dev) == cuda_devices.end())
-      cuda_devices.push_back(dev);
     bool direct = SavedContiguous(info) && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
-    auto* base = static_cast<uint8_t*>(dst.data_ptr());
     int32_t id = -1;
     if (direct) {
       ++report.tensors_direct;
@@ -146,20 +187,8 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
       staged.push_back(Staged{dst, info, at::Tensor()});
       staged_bytes.push_back(info.byte_end - info.byte_begin);
     }
-    StorageInfo s = c->storage(info.storage);
-    for (uint64_t k = info.byte_begin / chunk_bytes; k * chunk_bytes < info.byte_end; ++k) {
-      uint64_t chunk_begin = k * chunk_bytes;
-      uint64_t lo = std::max(chunk_begin, info.byte_begin);
-      uint64_t hi = std::min({chunk_begin + chunk_bytes, s.raw_bytes, info.byte_end});
-      loader::Piece p;
-      p.chunk_offset = lo - chunk_begin;
-      p.bytes = hi - lo;
-      p.device = dev;
-      if (direct) p.dst = base + (lo - info.byte_begin);
-      p.staged = id;
-      p.staged_offset = lo - info.byte_begin;
-      pieces.emplace_back(s.first_chunk + k, p);
-    }
+    AddPieces(c->storage(info.storage), chunk_bytes, info.byte_begin, info.byte_end,
+              direct ? static_cast<uint8_t*>(dst.data_ptr()) : nullptr, dev, id, pieces);
   }
   loader::Destinations d(c->chunk_count(), std::move(pieces));
   d.staged_bytes = std::move(staged_bytes);
@@ -182,9 +211,71 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
     s.buffer = at::Tensor();
   };
   report.stats = loader::StreamChunks(*c, d, options.base, cuda_devices, hooks);
-  // Bytes written behind autograd's back: bump the version counters as copy_ would have.
-  for (const at::Tensor& t : direct_targets)
-    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+  BumpVersions(direct_targets);
+  report.stats.storages = c->storage_count();
+  report.stats.tensors = report.tensors_copied;
+  report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget>& ranges, const LoadOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto c = Container::Open(path);
+  loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
+  LoadIntoReport report;
+
+  // Every range checked before anything is written.
+  std::vector<std::string> problems;
+  std::vector<std::pair<const RangeTarget*, TensorInfo>> matched;
+  for (const RangeTarget& r : ranges) {
+    std::optional<uint32_t> i = c->FindTensor(r.name);
+    if (!i) {
+      problems.push_back("'" + r.name + "' is not in the file");
+      continue;
+    }
+    TensorInfo info = c->tensor(*i);
+    std::string why = TargetProblem(r.name, r.target);
+    if (why.empty()) why = DTypeProblem(info, r.name, r.target);
+    if (why.empty() && !SavedContiguous(info))
+      why = "'" + r.name + "' is not contiguous in its storage: element ranges need a contiguous saved tensor";
+    if (why.empty() && !r.target.is_contiguous())
+      why = "the target of '" + r.name + "' is not contiguous";
+    const uint64_t numel = info.byte_end > info.byte_begin ? (info.byte_end - info.byte_begin) / DTypeSize(info.dtype) : 0;
+    const auto count = static_cast<uint64_t>(r.target.numel());
+    if (why.empty() && (r.begin > numel || count > numel - r.begin))
+      why = "elements [" + std::to_string(r.begin) + ", " + std::to_string(r.begin + count) + ") of '" + r.name +
+            "' are past its " + std::to_string(numel) + " elements";
+    if (!why.empty()) {
+      problems.push_back(why);
+      continue;
+    }
+    matched.emplace_back(&r, std::move(info));
+  }
+  if (!problems.empty()) {
+    std::string msg = "cannot load element ranges of " + path + ":";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw Error(ErrorKind::kInvalidArgument, msg);
+  }
+
+  const uint64_t chunk_bytes = c->superblock().chunk_bytes;
+  std::vector<std::pair<uint64_t, loader::Piece>> pieces;
+  std::vector<int> cuda_devices;
+  std::vector<at::Tensor> written;
+  for (const auto& [r, info] : matched) {
+    ++report.tensors_copied;
+    if (r->target.numel() == 0) continue;
+    ++report.tensors_direct;
+    NoteDevice(r->target, cuda_devices);
+    const uint64_t item = DTypeSize(info.dtype);
+    const uint64_t begin = info.byte_begin + r->begin * item;
+    AddPieces(c->storage(info.storage), chunk_bytes, begin, begin + static_cast<uint64_t>(r->target.numel()) * item,
+              static_cast<uint8_t*>(r->target.data_ptr()), r->target.is_cuda() ? r->target.get_device() : -1, -1,
+              pieces);
+    written.push_back(r->target);
+  }
+  loader::Destinations d(c->chunk_count(), std::move(pieces));
+  report.stats = loader::StreamChunks(*c, d, options, cuda_devices);
+  BumpVersions(written);
   report.stats.storages = c->storage_count();
   report.stats.tensors = report.tensors_copied;
   report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,26 @@ py::dict Describe(const std::string& path) {
   out["tensors"] = tensors;
   out["metadata"] = metadata;
   out["bytes"] = c->file_bytes();
+  return out;
+}
+
+// Every tensor record: what the converter learned of each tensor (shape, flags, and the JSON
+// `extra` carrying a ShardedTensor shard's offsets/sizes/placement or a DTensor's placements and
+// mesh), read from the index alone.
+py::list TensorRecords(const std::string& path) {
+  auto c = Container::Open(path);
+  py::list out;
+  for (uint32_t i = 0; i < c->tensor_count(); ++i) {
+    TensorInfo t = c->tensor(i);
+    py::dict d;
+    d["name"] = std::string(t.name);
+    d["dtype"] = std::string(DTypeName(t.dtype));
+    d["shape"] = t.shape;
+    d["stride"] = t.stride;
+    d["flags"] = t.flags;
+    d["extra"] = std::string(t.extra);
+    out.append(d);
+  }
   return out;
 }
 
@@ -102,6 +123,18 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
   options.base.verify = verify;
   LoadIntoReport report = LoadInto(path, targets, options);
   return {report.missing, report.unexpected};
+}
+
+// (name, first element, target) triples: see zckpt::LoadRanges. Returns the bytes copied.
+uint64_t LoadRangesInto(const std::string& path, const std::vector<std::tuple<std::string, uint64_t, at::Tensor>>& ranges,
+                        bool verify) {
+  std::vector<RangeTarget> targets;
+  targets.reserve(ranges.size());
+  for (const auto& [name, begin, target] : ranges) targets.push_back(RangeTarget{name, begin, target});
+  py::gil_scoped_release release;
+  LoadOptions options;
+  options.verify = verify;
+  return LoadRanges(path, targets, options).stats.raw_bytes;
 }
 
 py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,
@@ -226,6 +259,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"));
   m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
         py::arg("verify") = true);
+  m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true);
+  m.def("tensor_records", &zckpt::TensorRecords, py::arg("path"));
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
         py::arg("zstd_level") = 0, py::arg("threads") = 0);
   m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"));

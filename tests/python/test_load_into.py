@@ -373,3 +373,23 @@ def test_module_on_cuda(tmp_path, needs_cuda):
     assert _ptrs(_module_tensors(dst)) == before
     for k, v in src.state_dict().items():
         assert torch.equal(dst.state_dict()[k].cpu(), v), k
+
+
+def test_module_whose_state_dict_hands_out_copies_is_refused(tmp_path):
+    """The FSDP1 failure in general: a module whose state_dict() returns copies. Filling them
+    would report success and change nothing; load_into must refuse before writing."""
+    src, _, _ = _trained(seed=7)
+    _, path = save_converted(src.state_dict(), tmp_path, "model")
+
+    class Copying(Net):
+        def state_dict(self, *args, **kwargs):
+            return collections.OrderedDict((k, v.detach().clone()) for k, v in super().state_dict(*args, **kwargs).items())
+
+    torch.manual_seed(8)
+    dst = Copying()
+    before = _snapshot(_module_tensors(dst))
+    with pytest.raises(zckpt.ZckptError, match=r"returned a copy of it, not the module's own parameter") as e:
+        zckpt.load_into(path, dst)
+    assert path in str(e.value)
+    for k, v in Net.state_dict(dst, keep_vars=True).items():
+        assert torch.equal(v, before[k]), k

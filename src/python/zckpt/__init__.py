@@ -5,6 +5,7 @@ Resume code calls:
     zckpt.load(path, map_location=None, weights_only=True, mmap=False)   # like torch.load
     zckpt.load_into(path, module_or_state_dict_or_optimizer, strict=True)  # in place
     zckpt.convert(src_pt, dst_zckpt), zckpt.export(src_zckpt, dst_pt), zckpt.verify(path)
+    zckpt.patch_torch_load(folders=None)  # torch.load reads the .zckpt beside a .pt (undo: unpatch_torch_load)
 
 `load` replays the checkpoint's original pickle through torch's own unpickler (so
 `weights_only` keeps torch's meaning and torch rebuilds its own objects) while every storage
@@ -20,5 +21,7 @@ from ._api import (  # noqa: F401
     load_into,
     verify,
 )
+from ._patch import patch_torch_load, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
 
-__all__ = ["load", "load_into", "convert", "export", "verify", "ZckptError", "CorruptError", "UnsafeError"]
+__all__ = ["load", "load_into", "convert", "export", "verify", "ZckptError", "CorruptError", "UnsafeError",
+           "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt"]

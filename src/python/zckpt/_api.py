@@ -5,6 +5,8 @@ import torch
 
 from . import _C
 from ._restore import unpickle
+from ._fsdp import fsdp1_modules, load_into_fsdp1
+from ._targets import optimizer_tensors, resolve
 
 ZckptError = _C.ZckptError
 CorruptError = _C.CorruptError
@@ -72,25 +74,12 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True):
     return unpickle(pickle_bytes, storage_for_key, weights_only=weights_only, legacy=legacy)
 
 
-def _local(t):
-    # A DTensor (FSDP2 state dicts) is filled through its local shard, which is what the
-    # container holds under the DTensor's name; the wrapper itself has no data of its own.
-    local = getattr(t, "_local_tensor", None)
-    return local if isinstance(local, torch.Tensor) else t
-
-
 def _named_tensors(target):
     """(name, tensor) pairs of what load_into fills, named as torch.save named them."""
     if isinstance(target, torch.nn.Module):
         return list(target.state_dict(keep_vars=True).items())
     if isinstance(target, torch.optim.Optimizer):
-        sd = target.state_dict()
-        out = []
-        for idx, state in sd["state"].items():
-            for k, v in state.items():
-                if isinstance(v, torch.Tensor):
-                    out.append((f"state.{idx}.{k}", v))
-        return out
+        return optimizer_tensors(target)
     if isinstance(target, dict):
         out = []
 
@@ -142,13 +131,15 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True):
     one step, or a previous load); its param_groups' hyper-parameters are restored too, read with
     torch's weights-only unpickler unless weights_only=False."""
     path = _path(f)
-    named = _named_tensors(target)
+    if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
+        return load_into_fsdp1(path, target, strict, verify, weights_only)
+    named = resolve(path, target, _named_tensors(target))
     saved_groups = None
     if isinstance(target, torch.optim.Optimizer):
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
         saved_groups = _saved_param_groups(path, target, weights_only)
     with torch.no_grad():
-        missing, unexpected = _C.load_into(path, [(n, _local(t).detach()) for n, t in named], strict, verify)
+        missing, unexpected = _C.load_into(path, named, strict, verify)
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected
