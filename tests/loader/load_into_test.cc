@@ -152,5 +152,62 @@ TEST(LoadInto, BumpsVersionCountersAndWorksUnderLeafRequiresGrad) {
   ExpectLoadedValues(path, {{"w", w.detach()}, {"wt", wt.detach()}});
 }
 
+// LoadRanges: element runs of saved tensors into existing tensors (FSDP1's FlatParameter shards
+// are filled this way from per-parameter shards).
+TEST(LoadRanges, CopiesElementRunsStraightIntoTargets) {
+  testing::TempDir dir;
+  Fixture f = Model();
+  std::string path = f.WriteIn(dir, "m.zckpt");
+  LoadResult want = Load(path, kCpu);
+  at::Tensor flat = at::zeros({100 + 2500 + 1000}, at::kFloat);  // one buffer, three runs in it
+  at::Tensor big = at::zeros({3000}, at::kBFloat16);
+  std::vector<RangeTarget> ranges = {
+      {"a", 1000, flat.narrow(0, 0, 100)},                   // crosses a chunk boundary (4 KiB chunks)
+      {"b", 0, flat.narrow(0, 100, 2500)},                   // the whole tensor
+      {"c", 1, flat.narrow(0, 2600, 1000).view({2, 500})},  // the last 1000 of 1001; any target shape
+      {"big", 100000, big},
+  };
+  void* ptr = flat.data_ptr();
+  LoadIntoReport r = LoadRanges(path, ranges);
+  EXPECT_EQ(flat.data_ptr(), ptr);
+  EXPECT_EQ(r.tensors_copied, 4u);
+  auto part = [&](const char* name, int64_t begin, int64_t n) {
+    return want.get(name).reshape(-1).narrow(0, begin, n).contiguous();
+  };
+  EXPECT_TRUE(testing::SameBytes(flat.narrow(0, 0, 100), part("a", 1000, 100)));
+  EXPECT_TRUE(testing::SameBytes(flat.narrow(0, 100, 2500), part("b", 0, 2500)));
+  EXPECT_TRUE(testing::SameBytes(flat.narrow(0, 2600, 1000), part("c", 1, 1000)));
+  EXPECT_TRUE(testing::SameBytes(big, part("big", 100000, 3000)));
+}
+
+TEST(LoadRanges, EveryProblemIsFoundBeforeAnyByteMoves) {
+  testing::TempDir dir;
+  Fixture f = Model();
+  std::string path = f.WriteIn(dir, "m.zckpt");
+  at::Tensor untouched = at::full({10}, 7.0, at::kFloat);
+  std::vector<RangeTarget> ranges = {
+      {"a", 0, untouched},                                    // fine: must stay 7s
+      {"a", 2995, at::zeros({6}, at::kFloat)},                // past the 3000 elements
+      {"at", 0, at::zeros({10}, at::kFloat)},                 // transposed in its storage
+      {"big", 0, at::zeros({10}, at::kFloat)},                // bfloat16 in the file
+      {"nope", 0, at::zeros({1}, at::kFloat)},                // not in the file
+      {"b", 0, at::zeros({10, 2}, at::kFloat).select(1, 0)},  // target not contiguous
+  };
+  try {
+    LoadRanges(path, ranges);
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("elements [2995, 3001) of 'a' are past its 3000 elements"), std::string::npos) << m;
+    EXPECT_NE(m.find("'at' is not contiguous in its storage"), std::string::npos) << m;
+    EXPECT_NE(m.find("dtype mismatch for 'big'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'nope' is not in the file"), std::string::npos) << m;
+    EXPECT_NE(m.find("the target of 'b' is not contiguous"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(at::equal(untouched, at::full({10}, 7.0, at::kFloat)));
+}
+
 }  // namespace
 }  // namespace zckpt

@@ -1,0 +1,101 @@
+"""zckpt.patch_torch_load: torch.load of a .pt reads the .zckpt converted from it (beside it or
+in a mapped folder) through zckpt.load with the same arguments, and is torch.load otherwise."""
+import io
+import os
+import pickle
+
+import pytest
+import torch
+
+import zckpt
+from zckpt_testing import Config, save_converted
+
+
+@pytest.fixture
+def patched():
+    calls = []
+    zckpt.patch_torch_load(log=lambda pt, z: calls.append((pt, z)))
+    try:
+        yield calls
+    finally:
+        zckpt.unpatch_torch_load()
+
+
+def _state():
+    return {"w": torch.arange(12.0).reshape(3, 4), "step": torch.tensor(7)}
+
+
+def _equal(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_reads_the_container_beside_the_pt(tmp_path, patched):
+    pt, z = save_converted(_state(), tmp_path, "model_world_size_2_rank_1")
+    got = torch.load(pt, map_location="cpu")
+    assert _equal(got, _state())
+    assert patched == [(pt, z)]
+
+
+def test_no_container_is_plain_torch_load(tmp_path, patched):
+    pt = os.path.join(tmp_path, "plain.pt")
+    torch.save(_state(), pt)
+    assert _equal(torch.load(pt), _state())
+    buf = io.BytesIO()
+    torch.save(_state(), buf)
+    buf.seek(0)
+    assert _equal(torch.load(buf), _state())  # a file object: torch's
+    assert patched == []
+
+
+def test_container_older_than_its_pt_is_not_used(tmp_path, patched):
+    pt, _ = save_converted(_state(), tmp_path, "m")
+    newer = {"w": torch.zeros(5)}
+    torch.save(newer, pt)  # the .pt was rewritten after conversion
+    with pytest.warns(UserWarning, match="older than, or not converted from"):
+        got = torch.load(pt)
+    assert _equal(got, newer)
+    assert patched == []
+
+
+def test_mapped_folder(tmp_path, patched):
+    src, dst = tmp_path / "pt", tmp_path / "z" / "actor"
+    os.makedirs(src / "actor")
+    os.makedirs(dst)
+    pt = str(src / "actor" / "optim.pt")
+    torch.save(_state(), pt)
+    zckpt.convert(pt, str(dst / "optim.zckpt"))
+    zckpt.patch_torch_load(folders={str(src): str(tmp_path / "z")}, log=lambda p, z: patched.append(z))
+    assert _equal(torch.load(pt), _state())
+    assert patched == [str(dst / "optim.zckpt")]
+
+
+def test_weights_only_is_torch_loads(tmp_path, patched):
+    obj = {"cfg": Config("x", 2), "w": torch.ones(2)}
+    pt, _ = save_converted(obj, tmp_path, "cfg")
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(pt)  # weights_only defaults to True, as torch.load's
+    got = torch.load(pt, weights_only=False)
+    assert got["cfg"] == Config("x", 2) and torch.equal(got["w"], torch.ones(2))
+    assert len(patched) == 2
+
+
+def test_mmap_and_map_location_pass_through(tmp_path, patched):
+    pt, _ = save_converted(_state(), tmp_path, "m")
+    got = torch.load(pt, mmap=True, map_location="cpu")
+    assert _equal(got, _state())
+    assert len(patched) == 1
+
+
+def test_unpatch_and_context_manager(tmp_path):
+    original = torch.load
+    pt, z = save_converted(_state(), tmp_path, "m")
+    seen = []
+    with zckpt.torch_load_from_zckpt(log=lambda p, c: seen.append(c)):
+        assert torch.load is not original
+        torch.load(pt)
+    assert torch.load is original
+    assert seen == [z]
+    zckpt.patch_torch_load()
+    zckpt.unpatch_torch_load()
+    zckpt.unpatch_torch_load()  # twice is harmless
+    assert torch.load is original
