@@ -16,12 +16,15 @@ Each rank's result is a dict put on a queue: check name -> None (ok) or the prob
 """
 import os
 import shutil
-import socket
+import sys
 import traceback
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "examples"))
+from verl_resume import free_port, init_optimizer_state  # noqa: E402  (one copy: the example's)
 
 VOCAB, DIM, HIDDEN = 29, 6, 13  # sizes chosen so FSDP1's flat shards cut parameters mid-way
 
@@ -45,20 +48,14 @@ class TinyLM(torch.nn.Module):
         self.norm = torch.nn.LayerNorm(dim)
         self.head = torch.nn.Linear(dim, VOCAB, bias=False)
         self.register_buffer("scale", torch.tensor(0.5))
+        # Not in the state dict (a rotary embedding's inv_freq in Llama): load_into must not want it.
+        self.register_buffer("inv_freq", torch.arange(3.0), persistent=False)
 
     def forward(self, idx):
         h = self.embed(idx)
         for layer in self.layers:
             h = layer(h)
         return self.head(self.norm(h)) * self.scale
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def build(kind, seed, dim=DIM):
@@ -132,22 +129,6 @@ def convert_own(folder, ws, rank):
 
     for stem in names(ws, rank).values():
         zckpt.convert(os.path.join(folder, stem + ".pt"), os.path.join(folder, stem + ".zckpt"))
-
-
-def init_optimizer_state(opt):
-    """State tensors for load_into to fill: one step with zero gradients at lr 0. Parameters
-    with no elements on this rank (FSDP1 use_orig_params, world size > 1) get no gradient from
-    FSDP, hence no state: they get none here either."""
-    lrs = [g["lr"] for g in opt.param_groups]
-    for g in opt.param_groups:
-        g["lr"] = 0.0
-        for p in g["params"]:
-            if p.numel():
-                p.grad = torch.zeros_like(p)
-    opt.step()
-    for g, lr in zip(opt.param_groups, lrs):
-        g["lr"] = lr
-    opt.zero_grad(set_to_none=True)
 
 
 def live_params(model):

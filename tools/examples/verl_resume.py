@@ -1,82 +1,104 @@
-"""A verl-style resume through zckpt, on the CPU.
+"""A verl-style resume through zckpt: FSDP1 and FSDP2 models on CPU/gloo ranks.
 
-1. Train a small language model with AdamW and a warm-up LambdaLR for a few steps.
-2. Save the checkpoint the way verl's FSDP checkpoint manager does, one set of files per rank
-   (here world size 1, rank 0) under global_step_N/actor/:
-       model_world_size_1_rank_0.pt        model.state_dict()
-       optim_world_size_1_rank_0.pt        optimizer.state_dict()
-       extra_state_world_size_1_rank_0.pt  {'lr_scheduler': ..., 'rng': {cpu, [cuda], numpy, random}}
-   plus fsdp_config.json, all with torch.save.
-3. Convert the folder offline: zckpt.convert per file, or `zckpt convert DIR -o OUTDIR`
-   (--zckpt-bin), which also copies fsdp_config.json.
-4. Resume into a fresh model and optimizer (built from another seed): zckpt.load_into for the
-   model and the optimizer (in place, no second copy of the weights), zckpt.load for the extra
-   state (weights_only=False: the numpy RNG state is not on torch's allowlist).
-5. Check: parameters, optimizer state, scheduler and RNG states equal what the .pt files hold,
-   and the next training step gives exactly the loss (and parameters) of the original run
-   continuing from the same point.
+For each strategy (verl's `strategy: fsdp`, i.e. FSDP1 `FullyShardedDataParallel`, and
+`strategy: fsdp2`, i.e. `fully_shard`), `--world-size` ranks (default 2, spawned with
+torch.multiprocessing, gloo):
 
-Prints `verl resume: OK` and exits 0 when every check holds; `verl resume: FAILED ...` and
-exit 1 otherwise. Run it where the built package is importable:
+1. train a small language model (dropout, AdamW, a warm-up LambdaLR) for a few steps;
+2. save the checkpoint as verl's FSDPCheckpointManager does (verl 0.9.1,
+   verl/utils/checkpoint/fsdp_checkpoint_manager.py, save_checkpoint): per rank, under FSDP1's
+   SHARDED_STATE_DICT, torch.save of model.state_dict(), optimizer.state_dict() and
+   {'lr_scheduler', 'rng'} as model/optim/extra_state_world_size_W_rank_R.pt, plus
+   fsdp_config.json;
+3. convert the folder offline (`zckpt convert DIR -o OUTDIR`, or zckpt.convert per file);
+4. resume into a freshly built model and optimizer (another seed): zckpt.load_into for the model
+   (FSDP1: straight into each rank's FlatParameter shard; FSDP2: into each DTensor's local
+   shard) and for the optimizer, zckpt.load for the extra state;
+5. check on every rank: the module's own parameters (not a state-dict copy: FSDP1's
+   FlatParameter shards, FSDP2's local shards), every optimizer moment, the param groups,
+   scheduler and RNG states equal the saved run's, and the next step gives the loss and
+   parameters of the run continuing from the checkpoint, bit for bit.
 
-    meson devenv -C build python $PWD/tools/examples/verl_resume.py [--steps N] [--workdir DIR]
+Prints what it did and `verl resume: OK` (exit 0), or `verl resume: FAILED: <what differs>`
+(exit 1). Run it where the built package is importable:
+
+    meson devenv -C build python $PWD/tools/examples/verl_resume.py [--world-size 2] [--strategy fsdp|fsdp2|both]
 """
 import argparse
 import json
 import os
 import random
+import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 import zckpt
 
-VOCAB, DIM = 64, 32
+VOCAB, DIM = 61, 24
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(DIM)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(DIM, 3 * DIM + 1), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                                       torch.nn.Linear(3 * DIM + 1, DIM))
+
+    def forward(self, h):
+        return h + self.mlp(self.norm(h))
 
 
 class TinyLM(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.embed_tokens = torch.nn.Embedding(VOCAB, DIM)
-        self.layers = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(DIM, 2 * DIM), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                                torch.nn.Linear(2 * DIM, DIM))
-            for _ in range(2))
+        self.layers = torch.nn.ModuleList(Block() for _ in range(2))
         self.norm = torch.nn.LayerNorm(DIM)
         self.lm_head = torch.nn.Linear(DIM, VOCAB, bias=False)
-        self.lm_head.weight = self.embed_tokens.weight  # tied, as in many small LMs
-        torch.nn.init.normal_(self.embed_tokens.weight, std=0.02)
 
     def forward(self, idx):
         h = self.embed_tokens(idx)
         for layer in self.layers:
-            h = h + layer(h)
+            h = layer(h)
         return self.lm_head(self.norm(h))
 
 
-def build(seed):
+def build(strategy, seed):
     torch.manual_seed(seed)
     model = TinyLM()
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu"))
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
-    warmup = 4
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda s: min(1.0, (s + 1) / warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda s: min(1.0, (s + 1) / 4))
     return model, optimizer, scheduler
 
 
 def train_step(model, optimizer, scheduler):
-    """One step whose batch depends on all three RNGs verl restores (torch: tokens and dropout;
-    random: sequence length; numpy: a loss scale)."""
+    """A batch that depends on all three RNGs verl restores (torch: tokens and dropout; random:
+    sequence length; numpy: a loss scale), different on each rank."""
     model.train()
     seq = random.randint(8, 16)
     idx = torch.randint(0, VOCAB, (4, seq))
     scale = float(np.random.uniform(0.5, 1.5))
-    logits = model(idx[:, :-1])
-    loss = F.cross_entropy(logits.reshape(-1, VOCAB), idx[:, 1:].reshape(-1)) * scale
+    loss = F.cross_entropy(model(idx[:, :-1]).reshape(-1, VOCAB), idx[:, 1:].reshape(-1)) * scale
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -84,79 +106,80 @@ def train_step(model, optimizer, scheduler):
     return loss.item()
 
 
-# ----- what verl's checkpoint manager does --------------------------------------------------
+# ----- what verl's FSDPCheckpointManager does ------------------------------------------------
+
+def state_ctx(model):
+    """verl/utils/fsdp_utils.py get_fsdp_state_ctx: FSDP1's SHARDED_STATE_DICT, FSDP2 nothing."""
+    import contextlib
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardedOptimStateDictConfig, ShardedStateDictConfig, StateDictType
+
+    if isinstance(model, FSDP):
+        return FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig(),
+                                    ShardedOptimStateDictConfig())
+    return contextlib.nullcontext()
+
 
 def get_rng_state():
-    state = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
+    return {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
 
 
 def load_rng_state(state):
     torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
     np.random.set_state(state["numpy"])
     random.setstate(state["random"])
 
 
-def shard_names(world_size=1, rank=0):
+def shard_names(world_size, rank):
     return {kind: f"{kind}_world_size_{world_size}_rank_{rank}" for kind in ("model", "optim", "extra_state")}
 
 
-def save_checkpoint(local_path, model, optimizer, scheduler, world_size=1, rank=0):
+def save_checkpoint(local_path, model, optimizer, scheduler, strategy, world_size, rank):
+    import warnings
+
     os.makedirs(local_path, exist_ok=True)
     names = shard_names(world_size, rank)
-    torch.save(model.state_dict(), os.path.join(local_path, names["model"] + ".pt"))
-    torch.save(optimizer.state_dict(), os.path.join(local_path, names["optim"] + ".pt"))
-    extra = {"lr_scheduler": scheduler.state_dict(), "rng": get_rng_state()}
-    torch.save(extra, os.path.join(local_path, names["extra_state"] + ".pt"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FSDP1's ShardedTensor deprecation notes
+        with state_ctx(model):
+            torch.save(model.state_dict(), os.path.join(local_path, names["model"] + ".pt"))
+            torch.save(optimizer.state_dict(), os.path.join(local_path, names["optim"] + ".pt"))
+            torch.save({"lr_scheduler": scheduler.state_dict(), "rng": get_rng_state()},
+                       os.path.join(local_path, names["extra_state"] + ".pt"))
     if rank == 0:
         with open(os.path.join(local_path, "fsdp_config.json"), "w") as f:
-            json.dump({"FSDP_version": 1, "world_size": world_size}, f)
+            json.dump({"FSDP_version": 1 if strategy == "fsdp" else 2, "world_size": world_size}, f)
 
 
 def init_optimizer_state(optimizer):
-    """zckpt.load_into fills the optimizer's state tensors in place, so they must exist: a
-    fresh optimizer gets them from one step with zero gradients at lr 0 (what
-    torch.distributed.checkpoint does before loading an optimizer)."""
+    """zckpt.load_into fills the optimizer's state tensors in place, so they must exist: a fresh
+    optimizer gets them from one step with zero gradients at lr 0 (what
+    torch.distributed.checkpoint does before loading an optimizer). Parameters with no elements
+    on this rank get no gradient from FSDP, hence no state."""
     if optimizer.state:
         return
     lrs = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
         group["lr"] = 0.0
         for p in group["params"]:
-            p.grad = torch.zeros_like(p)
+            if p.numel():
+                p.grad = torch.zeros_like(p)
     optimizer.step()
     for group, lr in zip(optimizer.param_groups, lrs):
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
 
 
-def load_checkpoint(local_path, model, optimizer, scheduler, world_size=1, rank=0):
-    """verl's load_checkpoint with the three torch.load calls replaced (see README.md)."""
+def load_checkpoint(local_path, model, optimizer, scheduler, world_size, rank):
+    """verl's load_checkpoint with its three torch.load calls replaced (see README.md)."""
     names = shard_names(world_size, rank)
     zckpt.load_into(os.path.join(local_path, names["model"] + ".zckpt"), model)
     init_optimizer_state(optimizer)
     zckpt.load_into(os.path.join(local_path, names["optim"] + ".zckpt"), optimizer)
     extra = zckpt.load(os.path.join(local_path, names["extra_state"] + ".zckpt"), weights_only=False)
-    if "rng" in extra:
-        load_rng_state(extra["rng"])
-    if extra["lr_scheduler"] is not None:
-        scheduler.load_state_dict(extra["lr_scheduler"])
-
-
-def convert_folder(src, dst, zckpt_bin=None):
-    if zckpt_bin:
-        subprocess.run([zckpt_bin, "convert", src, "-o", dst, "--quiet"], check=True)
-        return
-    os.makedirs(dst, exist_ok=True)
-    for name in sorted(os.listdir(src)):
-        if name.endswith(".pt"):
-            zckpt.convert(os.path.join(src, name), os.path.join(dst, name[:-3] + ".zckpt"))
-        else:
-            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    load_rng_state(extra["rng"])
+    scheduler.load_state_dict(extra["lr_scheduler"])
 
 
 # ----- the checks ---------------------------------------------------------------------------
@@ -170,84 +193,146 @@ def expect(ok, what):
         raise Mismatch(what)
 
 
-def same_tensors(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+def live_parameters(model):
+    """What the module itself trains: FSDP1's FlatParameter shards, FSDP2's local shards."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(model, FSDP):
+        return {f"flat_param[{i}]": m._handle.flat_param.detach().clone()
+                for i, m in enumerate(FSDP.fsdp_modules(model)) if m._handle is not None}
+    return {k: v.to_local().detach().clone() for k, v in model.named_parameters()}
 
 
-def check_restored(actor_pt, model, optimizer, scheduler):
-    names = shard_names()
-    saved_model = torch.load(os.path.join(actor_pt, names["model"] + ".pt"), weights_only=True)
-    saved_optim = torch.load(os.path.join(actor_pt, names["optim"] + ".pt"), weights_only=True)
-    saved_extra = torch.load(os.path.join(actor_pt, names["extra_state"] + ".pt"), weights_only=False)
-    current = model.state_dict()
-    expect(list(current) == list(saved_model), "model keys differ")
-    for k, v in saved_model.items():
-        expect(same_tensors(current[k], v), f"model tensor {k} differs")
-    now = optimizer.state_dict()
-    expect(sorted(now["state"]) == sorted(saved_optim["state"]), "optimizer state keys differ")
-    for idx, st in saved_optim["state"].items():
-        for k, v in st.items():
-            expect(same_tensors(now["state"][idx][k], v), f"optimizer state[{idx}][{k}] differs")
-    expect(now["param_groups"] == saved_optim["param_groups"], "optimizer param_groups differ")
-    expect(scheduler.state_dict() == saved_extra["lr_scheduler"], "lr_scheduler state differs")
-    expect(torch.equal(torch.get_rng_state(), saved_extra["rng"]["cpu"]), "torch RNG state differs")
-    np_now, np_saved = np.random.get_state(), saved_extra["rng"]["numpy"]
-    expect(np.array_equal(np_now[1], np_saved[1]) and np_now[2:] == np_saved[2:], "numpy RNG state differs")
-    expect(random.getstate() == saved_extra["rng"]["random"], "random RNG state differs")
-    return len(saved_model), sum(len(st) for st in saved_optim["state"].values())
+def live_optimizer(optimizer):
+    out = {}
+    for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
+        for k, v in optimizer.state[p].items():
+            out[f"state[{i}][{k}]"] = (v.to_local() if hasattr(v, "to_local") else v).clone()
+    return out
 
 
-def run(workdir, steps, zckpt_bin):
-    torch.set_num_threads(1)  # bit-exact comparisons of two runs
-    random.seed(0)
-    np.random.seed(0)
-    model, optimizer, scheduler = build(seed=0)
-    losses = [train_step(model, optimizer, scheduler) for _ in range(steps)]
-    actor_pt = os.path.join(workdir, "checkpoints", f"global_step_{steps}", "actor")
-    save_checkpoint(actor_pt, model, optimizer, scheduler)
+def same(a, b, what):
+    expect(a.keys() == b.keys(), f"{what}: names differ")
+    for k in a:
+        expect(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), f"{what}: {k} differs")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def rank_main(rank, world_size, port, strategy, workdir, steps, zckpt_bin, queue):
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        torch.set_num_threads(1)  # bit-exact comparisons of two runs
+        queue.put((rank, "ok", run_rank(rank, world_size, strategy, workdir, steps, zckpt_bin)))
+    except Mismatch as e:
+        queue.put((rank, "mismatch", str(e)))
+    except Exception:  # noqa: BLE001 - reported by the parent
+        queue.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_rank(rank, world_size, strategy, workdir, steps, zckpt_bin):
+    random.seed(rank)
+    np.random.seed(rank)
+    torch.manual_seed(100 + rank)
+    model, optimizer, scheduler = build(strategy, seed=0)
+    torch.manual_seed(200 + rank)
+    for _ in range(steps):
+        train_step(model, optimizer, scheduler)
+    actor_pt = os.path.join(workdir, strategy, "checkpoints", f"global_step_{steps}", "actor")
+    save_checkpoint(actor_pt, model, optimizer, scheduler, strategy, world_size, rank)
+    saved_params, saved_optim = live_parameters(model), live_optimizer(optimizer)
+    saved_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     continued_loss = train_step(model, optimizer, scheduler)  # the original run goes on
-    continued_params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    continued_params = live_parameters(model)
 
-    actor_z = os.path.join(workdir, "checkpoints_zckpt", f"global_step_{steps}", "actor")
-    convert_folder(actor_pt, actor_z, zckpt_bin)
-    for name in shard_names().values():
-        problems = zckpt.verify(os.path.join(actor_z, name + ".zckpt"), raise_on_error=False)
-        expect(problems == [], f"{name}.zckpt does not verify: {problems}")
-    expect(os.path.exists(os.path.join(actor_z, "fsdp_config.json")), "fsdp_config.json not carried over")
+    actor_z = os.path.join(workdir, strategy, "checkpoints_zckpt", f"global_step_{steps}", "actor")
+    dist.barrier()
+    if rank == 0:  # one converts the folder, as one would offline
+        if zckpt_bin:
+            subprocess.run([zckpt_bin, "convert", actor_pt, "-o", actor_z, "--quiet"], check=True)
+        else:
+            os.makedirs(actor_z, exist_ok=True)
+            for name in sorted(os.listdir(actor_pt)):
+                src = os.path.join(actor_pt, name)
+                if name.endswith(".pt"):
+                    zckpt.convert(src, os.path.join(actor_z, name[:-3] + ".zckpt"))
+                else:
+                    shutil.copyfile(src, os.path.join(actor_z, name))
+        for name in os.listdir(actor_z):
+            if name.endswith(".zckpt"):
+                problems = zckpt.verify(os.path.join(actor_z, name), raise_on_error=False)
+                expect(problems == [], f"{name} does not verify: {problems}")
+    dist.barrier()
 
-    # A fresh process would start here: other seeds, other RNG positions.
-    random.seed(123)
-    np.random.seed(123)
-    fresh, fresh_opt, fresh_sched = build(seed=123)
-    expect(not torch.equal(fresh.embed_tokens.weight, model.embed_tokens.weight), "fresh model is not fresh")
-    ptrs = {k: v.data_ptr() for k, v in fresh.state_dict(keep_vars=True).items()}
-    load_checkpoint(actor_z, fresh, fresh_opt, fresh_sched)
-    expect({k: v.data_ptr() for k, v in fresh.state_dict(keep_vars=True).items()} == ptrs,
-           "load_into moved a parameter")
-    n_model, n_optim = check_restored(actor_pt, fresh, fresh_opt, fresh_sched)
-
+    fresh, fresh_opt, fresh_sched = build(strategy, seed=1)
+    before = live_parameters(fresh)
+    expect(any(not torch.equal(before[k], saved_params[k]) for k in before), "the fresh model equals the saved one")
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    load_checkpoint(actor_z, fresh, fresh_opt, fresh_sched, world_size, rank)
+    same(live_parameters(fresh), saved_params, "live parameters")
+    same(live_optimizer(fresh_opt), saved_optim, "optimizer state")
+    expect([{k: v for k, v in g.items() if k != "params"} for g in fresh_opt.param_groups] == saved_groups,
+           "optimizer param_groups differ")
     resumed_loss = train_step(fresh, fresh_opt, fresh_sched)
     expect(resumed_loss == continued_loss, f"next-step loss {resumed_loss!r} != continued run's {continued_loss!r}")
-    for k, v in fresh.named_parameters():
-        expect(torch.equal(v.detach(), continued_params[k]), f"parameter {k} differs after the next step")
-    print(f"trained {steps} steps, losses {[round(x, 4) for x in losses]}")
-    print(f"saved {actor_pt}: " + ", ".join(sorted(os.listdir(actor_pt))))
-    print(f"converted to {actor_z} ({'zckpt convert DIR -o OUTDIR' if zckpt_bin else 'zckpt.convert per file'})")
-    print(f"restored {n_model} model tensors in place, {n_optim} optimizer state tensors, "
-          f"lr {fresh_opt.param_groups[0]['lr']:.6g}, RNG cpu/numpy/random")
-    print(f"next step: resumed loss {resumed_loss!r} == continued loss {continued_loss!r}")
+    same(live_parameters(fresh), continued_params, "parameters after the next step")
+    return {"files": sorted(os.listdir(actor_z)), "params": len(saved_params), "optim": len(saved_optim),
+            "loss": resumed_loss, "rss_before_kib": peak_before,
+            "rss_after_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def run(workdir, steps, zckpt_bin, world_size, strategies):
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    for strategy in strategies:
+        queue = ctx.SimpleQueue()
+        port = free_port()
+        procs = [ctx.Process(target=rank_main, args=(r, world_size, port, strategy, workdir, steps, zckpt_bin, queue))
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        results = dict((r, (status, out)) for r, status, out in (queue.get() for _ in procs))
+        for p in procs:
+            p.join()
+        for r in sorted(results):
+            status, out = results[r]
+            if status == "error":
+                raise RuntimeError(f"{strategy} rank {r}:\n{out}")
+            expect(status == "ok", f"{strategy} rank {r}: {out}")
+        label = "FSDP1 FullyShardedDataParallel" if strategy == "fsdp" else "FSDP2 fully_shard"
+        first = results[0][1]
+        print(f"{strategy} ({label}), world size {world_size}: saved and converted {', '.join(first['files'])}")
+        for r in sorted(results):
+            out = results[r][1]
+            print(f"  rank {r}: restored {out['params']} live parameter shards in place, {out['optim']} optimizer "
+                  f"state tensors; next step: resumed loss {out['loss']!r} == continued loss")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=5, help="training steps before the checkpoint (default 5)")
+    ap.add_argument("--steps", type=int, default=4, help="training steps before the checkpoint (default 4)")
+    ap.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
+    ap.add_argument("--strategy", choices=("fsdp", "fsdp2", "both"), default="both")
     ap.add_argument("--workdir", help="where the checkpoints go (default: a temporary folder, removed)")
     ap.add_argument("--zckpt-bin", default=None,
                     help="convert with this `zckpt` tool's folder mode instead of zckpt.convert per file")
     args = ap.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="verl-resume-")
+    strategies = ("fsdp", "fsdp2") if args.strategy == "both" else (args.strategy,)
     try:
-        run(workdir, args.steps, args.zckpt_bin)
+        run(workdir, args.steps, args.zckpt_bin, args.world_size, strategies)
+        print(f"converted with {'zckpt convert DIR -o OUTDIR' if args.zckpt_bin else 'zckpt.convert per file'}")
     except Mismatch as e:
         print(f"verl resume: FAILED: {e}")
         return 1

@@ -129,7 +129,18 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True):
     first byte moves. strict=True refuses missing and unexpected names, as load_state_dict does.
     Returns (missing, unexpected) names. An optimizer must already hold its state tensors (after
     one step, or a previous load); its param_groups' hyper-parameters are restored too, read with
-    torch's weights-only unpickler unless weights_only=False."""
+    torch's weights-only unpickler unless weights_only=False.
+
+    Only live tensors are written, never a copy: a module's targets must share memory with its own
+    parameters and buffers (else ZckptError naming the file and the entry), an optimizer's are
+    taken from optimizer.state. DTensor / ShardedTensor entries are written through their local
+    shard after the file's record (global shape, placements/mesh, shard offsets and sizes) is
+    checked against them; a verl-style file (..._world_size_W_rank_R) of another rank or world
+    size is refused. FSDP1 modules (FullyShardedDataParallel) are written straight into each
+    rank's FlatParameter shard (see _fsdp.py; call on every rank, as load_state_dict). Extra
+    memory: the loader's ring (slots x slot_bytes, 4 x 8 MiB by default), host and device alike;
+    an FSDP1 fallback to FSDP's load_state_dict (a needed rank file missing) costs model/W + the
+    largest parameter."""
     path = _path(f)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
         return load_into_fsdp1(path, target, strict, verify, weights_only)

@@ -55,6 +55,20 @@ def _join(prefix, name):
     return f"{prefix}.{name}" if prefix else name
 
 
+def _persistent_buffers(model):
+    """(state-dict name, buffer) of the buffers state_dict() saves (not the non-persistent ones,
+    such as a rotary embedding's inv_freq)."""
+    seen = set()
+    for mname, m in model.named_modules():
+        for bname, b in m._buffers.items():
+            if b is None or bname in m._non_persistent_buffers_set:
+                continue
+            name = _clean(_join(mname, bname))
+            if name not in seen:
+                seen.add(name)
+                yield name, b
+
+
 class _Unit:
     """One FlatParameter: its state-dict names, shapes and this rank's shard."""
 
@@ -218,8 +232,8 @@ def load_into_fsdp1(path, model, strict, verify, weights_only):
             if id(p) in managed or cname in loaded_names or type(p).__name__ == "FlatParameter":
                 continue
             plain.append((cname, p))
-        for name, b in model.named_buffers():
-            plain.append((_clean(name), b))
+        for name, b in _persistent_buffers(model):
+            plain.append((name, b))
         for name, _ in plain:
             loaded_names.add(name)
         expected = loaded_names
