@@ -48,8 +48,9 @@ if [ -d "$DEPS" ]; then
   # Their .pc files say prefix=/usr: point copies at the carried tree. (PKG_CONFIG_SYSROOT_DIR
   # would also prefix the host's own python3.pc and lose Python.h.)
   PCDIR=$(mktemp -d)
-  for pc in "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-    sed "s|^prefix=/usr\$|prefix=$DEPS/usr|" "$pc" > "$PCDIR/$(basename "$pc")"
+  for pc in "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$DEPS"/usr/share/pkgconfig/*.pc; do
+    # (nlohmann_json.pc names /usr/include outright, with no prefix variable.)
+    sed -e "s|^prefix=/usr\$|prefix=$DEPS/usr|" -e "s|-I/usr/include\$|-I$DEPS/usr/include|" "$pc" > "$PCDIR/$(basename "$pc")"
   done
   export PKG_CONFIG_PATH="$PCDIR:${PKG_CONFIG_PATH:-}"
   # Shared, not static: Debian's libzstd.a is not PIC, and libzckpt is a shared library. The

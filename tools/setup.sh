@@ -17,7 +17,7 @@ BUILD=${ZCKPT_BUILD:-build}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------------
-APT_PACKAGES=(build-essential pkg-config meson ninja-build libzstd-dev libxxhash-dev zlib1g-dev
+APT_PACKAGES=(build-essential pkg-config meson ninja-build libzstd-dev libxxhash-dev zlib1g-dev nlohmann-json3-dev
               libgtest-dev pybind11-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

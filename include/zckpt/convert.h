@@ -1,4 +1,4 @@
-// `.pt` <-> `.zckpt`: the converter and the exporter. No torch and no Python: the source's
+// `.pt` / `.safetensors` <-> `.zckpt`: the converter and the exporter. No torch and no Python: the source's
 // pickle is read by zckpt's restricted interpreter, which executes nothing and refuses globals
 // that could run code (Error kUnsafe), and kept verbatim for the way back.
 #pragma once
@@ -21,29 +21,42 @@ struct ConvertOptions {
 };
 
 struct ConvertStats {
-  std::string source_format;  // "zip" or "legacy"
+  std::string source_format;  // "zip", "legacy" or "safetensors"
   uint64_t source_bytes = 0;
   uint64_t storages = 0;
   uint64_t tensors = 0;
   WriterStats written;
 };
 
-// Converts one `.pt` file (zip or legacy format, torch 1.x or 2.x). Nothing appears at
-// `destination` unless the whole conversion succeeds. Throws Error: kUnsafe (a code-running
-// global, naming it and its pickle offset), kCorrupt (malformed source), kNotContainer (not a
-// .pt), kUnsupported (TorchScript, big-endian, ...), kIo.
+// Converts one `.pt` file (zip or legacy format, torch 1.x or 2.x) or safetensors file (every
+// offset of its header checked; the container gets the pickle torch.save writes for the dict
+// safetensors.torch.load_file returns, and keeps the header so export gives the file back).
+// Nothing appears at `destination` unless the whole conversion succeeds. Throws Error: kUnsafe
+// (a code-running global, naming it and its pickle offset), kCorrupt (malformed source),
+// kNotContainer (neither, or already a container), kUnsupported (another checkpoint format,
+// named: TorchScript, torch.distributed.checkpoint, GGUF, numpy; big-endian, ...), kIo.
 ConvertStats ConvertFile(const std::string& source, const std::string& destination, const ConvertOptions& options);
 
-// The destination `zckpt convert SRC.pt` uses without -o: SRC with `.pt`/`.pth`/`.bin` replaced by
-// `.zckpt` (appended when SRC has another extension).
+// The destination `zckpt convert SRC.pt` uses without -o: SRC with `.pt`/`.pth`/`.bin`/`.safetensors`
+// replaced by `.zckpt` (appended when SRC has another extension).
 std::string DefaultDestination(const std::string& source);
 
-// True for names `zckpt convert DIR` treats as torch.save files (.pt, .pth, .bin).
-bool IsTorchCheckpointName(const std::string& name);
+// True for names `zckpt convert DIR` converts (.pt, .pth, .bin, .safetensors).
+bool IsCheckpointName(const std::string& name);
 
-// Writes the container back as the `.pt` it came from: the kept object pickle and every record
-// of the source archive (zip), or the kept legacy header and the storages (legacy, then
-// byte-identical to the source). torch.load reads it to an object equal to the original.
-void ExportFile(const std::string& source, const std::string& destination);
+enum class ExportFormat {
+  kTorch,        // a torch.save file
+  kSafetensors,  // a safetensors file
+};
+
+// kTorch: writes the container back as the `.pt` it came from: the kept object pickle and every
+// record of the source archive (zip), or the kept legacy header and the storages (legacy, then
+// byte-identical to the source); a container from a safetensors file becomes the torch.save
+// file of the dict safetensors.torch.load_file returns. torch.load reads it to an object equal
+// to the original.
+// kSafetensors: a container from a safetensors file gives that file back byte for byte; one
+// from a torch.save file of a flat dict of tensors gives what safetensors.torch.save_file writes
+// for that dict; anything else is refused (kUnsupported) naming what safetensors cannot hold.
+void ExportFile(const std::string& source, const std::string& destination, ExportFormat format = ExportFormat::kTorch);
 
 }  // namespace zckpt

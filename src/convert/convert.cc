@@ -1,5 +1,6 @@
-// zckpt convert: `.pt` -> container. Reads the source through a mapping (never whole into
-// memory), interprets its pickle without running anything, and streams every storage into a
+// zckpt convert: `.pt` or safetensors -> container. Reads the source through a mapping (never
+// whole into memory), interprets its pickle without running anything (a safetensors file gets
+// the pickle torch.save would write for its tensors), and streams every storage into a
 // ContainerWriter in bounded pieces, dropping source pages behind it.
 #include <algorithm>
 #include <cctype>
@@ -7,12 +8,17 @@
 #include <unordered_set>
 
 #include "common/mapped_file.h"
+#include "convert/file_names.h"
+#include "convert/source_kind.h"
 #include "convert/source_records.h"
 #include "pickle/legacy.h"
 #include "pickle/torch_model.h"
+#include "pickle/torch_save_pickle.h"
 #include "pickle/unpickler.h"
 #include "pt/pt_archive.h"
 #include "pt/pt_format.h"
+#include "safetensors/header.h"
+#include "safetensors/header_writer.h"
 #include "zckpt/container_writer.h"
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
@@ -25,15 +31,7 @@ namespace {
 // are responsive on a multi-GiB tensor and source pages can be released behind the stream.
 constexpr uint64_t kPieceBytes = 64ull << 20;
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
+using convert::BaseName;
 
 class Converter {
  public:
@@ -41,16 +39,19 @@ class Converter {
       : source_(source), options_(options), writer_(destination, options.writer) {}
 
   ConvertStats Run(const std::shared_ptr<const MappedFile>& file) {
+    using convert::WhyNotConverted;
     stats_.source_bytes = file->size();
-    pt::PtFormat format = pt::DetectPtFormat(std::span<const uint8_t>(
-        file->data(), std::min<size_t>(file->size(), pt::kPtFormatProbeBytes)));
-    switch (format) {
-      case pt::PtFormat::kZip: ConvertZip(file); break;
-      case pt::PtFormat::kLegacy: ConvertLegacy(*file); break;
-      case pt::PtFormat::kLegacyTar:
-        throw Error(ErrorKind::kUnsupported, "the tar-based format of torch <= 0.3 is not supported");
-      case pt::PtFormat::kUnknown:
-        throw Error(ErrorKind::kNotContainer, "not a torch.save file (neither a zip archive nor the legacy format)");
+    switch (convert::SourceKind kind = convert::DetectSource(file)) {
+      case convert::SourceKind::kTorchZip: ConvertZip(file); break;
+      case convert::SourceKind::kTorchLegacy: ConvertLegacy(*file); break;
+      case convert::SourceKind::kSafetensors: ConvertSafetensors(*file); break;
+      case convert::SourceKind::kUnknown:
+        throw Error(ErrorKind::kNotContainer, WhyNotConverted(kind, source_) +
+                                                  " (neither a zip archive, the legacy torch format nor a safetensors header)");
+      case convert::SourceKind::kZckpt:
+        throw Error(ErrorKind::kNotContainer, WhyNotConverted(kind, source_));
+      default:  // another checkpoint format: say which
+        throw Error(ErrorKind::kUnsupported, WhyNotConverted(kind, source_));
     }
     writer_.SetMetadata(std::string(convert::kKeyName), BaseName(source_));
     writer_.SetMetadata(std::string(convert::kKeyBytes), std::to_string(file->size()));
@@ -105,6 +106,42 @@ class Converter {
     if (layout.data_end < bytes.size())
       writer_.AddBlob(std::string(convert::kLegacyTrailerBlob), bytes.subspan(layout.data_end));
     writer_.SetMetadata(std::string(convert::kKeyFormat), "legacy");
+  }
+
+  // safetensors: one storage per tensor, in byte-buffer order (the source is read front to
+  // back), and the pickle torch.save writes for the dict safetensors.torch.load_file returns
+  // (same order, same names), interpreted like any other so the tensor records are the ones a
+  // converted torch.save file of that dict gets. The header is kept for the way back.
+  void ConvertSafetensors(const MappedFile& file) {
+    stats_.source_format = "safetensors";
+    std::span<const uint8_t> bytes(file.data(), file.size());
+    safetensors::Header header = safetensors::ParseFile(bytes, file.path());
+    std::vector<pickle::DictTensor> dict;
+    dict.reserve(header.tensors.size());
+    for (size_t i = 0; i < header.tensors.size(); ++i) {
+      const safetensors::TensorEntry& t = header.tensors[i];
+      dict.push_back({t.name, std::to_string(i), t.dtype.dtype, t.TorchShape()});
+    }
+    const std::string pkl = pickle::TorchSavePickleOfTensorDict(dict);
+    std::span<const uint8_t> pkl_bytes(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size());
+    pickle::TorchPickle model = pickle::InterpretTorchPickle(pickle::Unpickle(pkl_bytes));
+    if (model.storages.size() != header.tensors.size())
+      throw Error(ErrorKind::kCorrupt, "safetensors: " + std::to_string(header.tensors.size()) + " tensors but " +
+                                           std::to_string(model.storages.size()) + " storages");
+    BeginProgress(model.storages);
+    for (size_t i = 0; i < model.storages.size(); ++i) {
+      const pickle::TorchStorage& s = model.storages[i];
+      const safetensors::TensorEntry& t = header.tensors[i];
+      if (s.key != dict[i].storage_key || s.nbytes != t.bytes())  // the pickle writer's own promise
+        throw Error(ErrorKind::kCorrupt, "safetensors: tensor '" + t.name + "' does not match its storage");
+      AddStorage(s.key, s.location, s.dtype, s.untyped, bytes.subspan(header.data_offset + t.begin, t.bytes()), file);
+    }
+    AddTensors(model);
+    writer_.AddBlob(std::string(convert::kObjectPickleBlob), pkl_bytes);
+    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), bytes.subspan(8, header.header_bytes));
+    writer_.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
+    if (header.has_metadata)
+      writer_.SetMetadata(std::string(convert::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));
   }
 
   void BeginProgress(const std::vector<pickle::TorchStorage>& storages) {
@@ -177,9 +214,9 @@ ConvertStats ConvertFile(const std::string& source, const std::string& destinati
   }
 }
 
-bool IsTorchCheckpointName(const std::string& name) {
-  std::string lower = Lower(name);
-  for (const char* ext : {".pt", ".pth", ".bin"}) {
+bool IsCheckpointName(const std::string& name) {
+  std::string lower = convert::AsciiLower(name);
+  for (const char* ext : {".pt", ".pth", ".bin", ".safetensors"}) {
     std::string e(ext);
     if (lower.size() > e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;
   }
@@ -189,7 +226,7 @@ bool IsTorchCheckpointName(const std::string& name) {
 std::string DefaultDestination(const std::string& source) {
   std::string base = BaseName(source);
   size_t dot = base.rfind('.');
-  if (dot != std::string::npos && dot > 0 && IsTorchCheckpointName(base))
+  if (dot != std::string::npos && dot > 0 && IsCheckpointName(base))
     return source.substr(0, source.size() - (base.size() - dot)) + ".zckpt";
   return source + ".zckpt";
 }

@@ -1,5 +1,6 @@
-// zckpt export: container -> `.pt`.
+// zckpt export: container -> `.pt` (export_safetensors.cc: -> `.safetensors`).
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "convert/source_records.h"
+#include "convert/storage_stream.h"
+#include "convert/export_safetensors.h"
 #include "pt/zip_writer.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
@@ -16,33 +19,8 @@ namespace zckpt {
 
 namespace {
 
-// Streams storage `s` (any codec) into `sink` chunk by chunk, checksums checked: a corrupt
-// container must not turn into a plausible-looking .pt.
-template <typename Sink>
-void StreamStorage(const Container& c, uint32_t s, Sink&& sink) {
-  StorageInfo info = c.storage(s);
-  std::vector<uint8_t> buffer;
-  for (uint64_t k = 0; k < info.chunk_count; ++k) {
-    uint64_t i = info.first_chunk + k;
-    format::ChunkRecord ch = c.chunk(i);
-    buffer.resize(ch.raw_bytes);
-    c.ReadChunk(i, buffer.data(), /*check=*/true);
-    sink(std::span<const uint8_t>(buffer.data(), buffer.size()));
-    if (ch.codec == static_cast<uint8_t>(format::Codec::kNone)) {
-      c.file().Release(ch.offset, ch.stored_bytes);  // keep RSS bounded on multi-GiB files
-    }
-  }
-}
-
-// A blob the container's own metadata says it holds (`named_by`): one that is missing makes the
-// container damaged or forged (kCorrupt, exit 1), not the caller's mistake.
-std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by) {
-  auto blob = c.FindBlob(name);
-  if (!blob)
-    throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + std::string(named_by) + " names '" + std::string(name) +
-                                         "', but the container holds no blob (or storage) of that name");
-  return c.CheckedBlobBytes(*blob);
-}
+using convert::CheckedBlob;
+using convert::StreamStorage;
 
 void ExportZip(const Container& c, const std::string& destination) {
   auto prefix = c.FindMetadata(convert::kKeyPrefix);
@@ -53,12 +31,18 @@ void ExportZip(const Container& c, const std::string& destination) {
       throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to export");
   }
   std::vector<std::string> names;
+  // Records written as they are, not from the container: what torch.save adds around the pickle
+  // and the storages, for containers that kept no archive of their own (torch.load needs
+  // `version`).
+  std::map<std::string, std::string> literal;
   if (records) {
     names = convert::SplitRecords(*records);
   } else {
-    names.emplace_back(convert::kObjectPickleBlob);
+    literal = {{".format_version", "1"}, {".storage_alignment", "64"}, {"byteorder", "little"}, {"version", "3\n"}};
+    names = {std::string(convert::kObjectPickleBlob), ".format_version", ".storage_alignment", "byteorder"};
     for (uint32_t s = 0; s < c.storage_count(); ++s)
       names.push_back(std::string(convert::kStorageRecordPrefix) + std::string(c.storage(s).key));
+    names.emplace_back("version");
   }
   // Storage records (`data/<key>` of a storage) are streamed from the storage, the rest are
   // blobs. Every name is resolved before anything is written: a container whose record list
@@ -69,7 +53,7 @@ void ExportZip(const Container& c, const std::string& destination) {
     const std::string& name = names[i];
     if (name.rfind(convert::kStorageRecordPrefix, 0) == 0)
       storage_of[i] = c.FindStorage(std::string_view(name).substr(convert::kStorageRecordPrefix.size()));
-    if (!storage_of[i] && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
+    if (!storage_of[i] && !literal.count(name) && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
   }
   pt::TorchZipWriter zip(destination, prefix ? std::string(*prefix) : std::string("archive"));
   for (size_t i = 0; i < names.size(); ++i) {
@@ -77,6 +61,8 @@ void ExportZip(const Container& c, const std::string& destination) {
       zip.BeginRecord(names[i], c.storage(*storage_of[i]).raw_bytes);
       StreamStorage(c, *storage_of[i], [&](std::span<const uint8_t> piece) { zip.Append(piece); });
       zip.EndRecord();
+    } else if (auto it = literal.find(names[i]); it != literal.end()) {
+      zip.WriteRecord(names[i], std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size()));
     } else {
       zip.WriteRecord(names[i], CheckedBlob(c, names[i], named_by));
     }
@@ -107,8 +93,9 @@ void ExportLegacy(const Container& c, const std::string& destination) {
 
 }  // namespace
 
-void ExportFile(const std::string& source, const std::string& destination) {
+void ExportFile(const std::string& source, const std::string& destination, ExportFormat format) {
   auto c = Container::Open(source);
+  if (format == ExportFormat::kSafetensors) return convert::ExportSafetensors(*c, destination);
   auto fmt = c->FindMetadata(convert::kKeyFormat);
   if (fmt && *fmt == "legacy") ExportLegacy(*c, destination);
   else ExportZip(*c, destination);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "convert/source_kind.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
@@ -22,8 +23,18 @@ namespace py = pybind11;
 namespace zckpt {
 namespace {
 
+// Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
+// .pt or safetensors file (zckpt.load("x.pt")).
+std::unique_ptr<Container> OpenContainer(const std::string& path) {
+  try {
+    return Container::Open(path);
+  } catch (const Error& e) {
+    throw convert::WithNotAContainerHint(e, path);
+  }
+}
+
 py::dict Describe(const std::string& path) {
-  auto c = Container::Open(path);
+  auto c = OpenContainer(path);
   py::list storages, tensors;
   for (uint32_t i = 0; i < c->storage_count(); ++i) {
     StorageInfo s = c->storage(i);
@@ -69,7 +80,7 @@ py::list TensorRecords(const std::string& path) {
 }
 
 py::bytes ReadBlob(const std::string& path, const std::string& name) {
-  auto c = Container::Open(path);
+  auto c = OpenContainer(path);
   auto blob = c->FindBlob(name);
   if (!blob) throw Error(ErrorKind::kInvalidArgument, path + ": no blob '" + name + "'");
   auto bytes = c->CheckedBlobBytes(*blob);
@@ -121,7 +132,12 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
   LoadIntoOptions options;
   options.strict = strict;
   options.base.verify = verify;
-  LoadIntoReport report = LoadInto(path, targets, options);
+  LoadIntoReport report;
+  try {
+    report = LoadInto(path, targets, options);
+  } catch (const Error& e) {
+    throw convert::WithNotAContainerHint(e, path);  // a .pt given by mistake: convert it first
+  }
   return {report.missing, report.unexpected};
 }
 
@@ -161,16 +177,18 @@ py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_
   return out;
 }
 
-void Export(const std::string& src, const std::string& dst) {
+void Export(const std::string& src, const std::string& dst, const std::string& format) {
+  if (format != "pt" && format != "safetensors")
+    throw Error(ErrorKind::kInvalidArgument, "export format must be 'pt' or 'safetensors', not '" + format + "'");
   py::gil_scoped_release release;
-  ExportFile(src, dst);
+  ExportFile(src, dst, format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch);
 }
 
 std::vector<std::string> Verify(const std::string& path, unsigned threads) {
   py::gil_scoped_release release;
   std::vector<std::string> problems;
   try {
-    auto c = Container::Open(path);
+    auto c = OpenContainer(path);
     VerifyOptions options;
     options.threads = threads;
     for (const auto& p : c->Verify(options).problems) problems.push_back(p.message);
@@ -263,6 +281,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("tensor_records", &zckpt::TensorRecords, py::arg("path"));
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
         py::arg("zstd_level") = 0, py::arg("threads") = 0);
-  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"));
+  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt");
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
 }

@@ -103,7 +103,7 @@ std::vector<Job> PlanFolder(const std::string& src, const std::string& out, bool
     if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a stale temp of ours
     Job job;
     job.source = entry.path().string();
-    job.convert = IsTorchCheckpointName(name);
+    job.convert = IsCheckpointName(name);
     if (!job.convert && only_pt) continue;
     fs::path dst = fs::path(out) / rel;
     job.destination = job.convert ? DefaultDestination(dst.string()) : dst.string();

@@ -163,9 +163,13 @@ def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0):
     return _C.convert(src, _path(dst) if dst is not None else "", chunk_bytes, zstd_level, threads)
 
 
-def export(src, dst):
-    """Writes a container back as a .pt file that torch.load reads."""
-    _C.export(_path(src), _path(dst))
+def export(src, dst, *, format=None):
+    """Writes a container back as a .pt file that torch.load reads (format="pt"), or as a
+    .safetensors file (format="safetensors"; the default when dst ends in .safetensors)."""
+    dst = _path(dst)
+    if format is None:
+        format = "safetensors" if dst.endswith(".safetensors") else "pt"
+    _C.export(_path(src), dst, format)
 
 
 def verify(path, *, threads=0, raise_on_error=True):

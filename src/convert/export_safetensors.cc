@@ -1,0 +1,159 @@
+#include "convert/export_safetensors.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "convert/source_records.h"
+#include "convert/storage_stream.h"
+#include "pickle/torch_model.h"
+#include "pickle/torch_save_pickle.h"
+#include "pickle/unpickler.h"
+#include "safetensors/header.h"
+#include "safetensors/header_writer.h"
+#include "zckpt/error.h"
+
+namespace zckpt::convert {
+
+namespace {
+
+// One tensor of the file to write: its header entry and where its bytes are in the container.
+struct Piece {
+  safetensors::TensorEntry entry;
+  uint32_t storage = 0;
+  uint64_t byte_begin = 0, byte_end = 0;
+};
+
+void Write(const Container& c, const std::string& destination, const std::string& header, const std::vector<Piece>& pieces) {
+  AtomicFile out(destination);
+  uint8_t n[8];
+  for (int b = 0; b < 8; ++b) n[b] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * b));
+  out.Write(n, sizeof n);
+  out.Write(header.data(), header.size());
+  for (const Piece& p : pieces) {
+    if (p.byte_end == p.byte_begin) continue;
+    StreamStorageRange(c, p.storage, p.byte_begin, p.byte_end,
+                       [&](std::span<const uint8_t> bytes) { out.Write(bytes.data(), bytes.size()); });
+  }
+  out.Commit();
+}
+
+// torch's Tensor.is_contiguous(): sizes of 1 may have any stride, an empty tensor always is.
+bool IsContiguous(const TensorInfo& t) {
+  for (int64_t d : t.shape)
+    if (d == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] == 1) continue;
+    if (t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+// The file the container came from: the kept header, and each of its tensors matched with the
+// container's tensor of that name, which must be exactly what the header describes.
+void ExportKeptHeader(const Container& c, const std::string& destination) {
+  const std::string named_by = "metadata '" + std::string(kKeyFormat) + "' = safetensors";
+  std::span<const uint8_t> json = CheckedBlob(c, kSafetensorsHeaderBlob, named_by);
+  safetensors::Header h = safetensors::ParseHeaderJson(json, std::nullopt, c.path() + " (kept header)");
+  if (h.tensors.size() != c.tensor_count())
+    throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the kept safetensors header names " + std::to_string(h.tensors.size()) +
+                                         " tensors, the container holds " + std::to_string(c.tensor_count()));
+  std::vector<Piece> pieces;
+  for (const safetensors::TensorEntry& e : h.tensors) {
+    auto fail = [&](const std::string& why) {
+      throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: tensor '" + e.name + "' " + why +
+                                           ", but the kept safetensors header says " + std::string(e.dtype.name) + " " +
+                                           safetensors::FormatShape(e.shape) + " (" +
+                                           std::to_string(e.bytes()) + " bytes)");
+    };
+    auto index = c.FindTensor(e.name);
+    if (!index) fail("is not in the container");
+    TensorInfo t = c.tensor(*index);
+    if (t.dtype != e.dtype.dtype || t.shape != e.TorchShape() || !IsContiguous(t))
+      fail("is " + std::string(DTypeName(t.dtype)) + " " + safetensors::FormatShape(t.shape) + (IsContiguous(t) ? "" : " (not contiguous)"));
+    uint64_t begin = t.byte_end > t.byte_begin ? t.byte_begin : 0;
+    if (t.byte_end - t.byte_begin != e.bytes()) fail("covers " + std::to_string(t.byte_end - t.byte_begin) + " bytes");
+    pieces.push_back({e, t.storage, begin, begin + e.bytes()});
+  }
+  Write(c, destination, std::string(json.begin(), json.end()), pieces);
+}
+
+[[noreturn]] void Refuse(const Container& c, const std::string& why) {
+  throw Error(ErrorKind::kUnsupported, c.path() + ": cannot be written as safetensors: " + why);
+}
+
+// A container from a torch.save file: its object must be a dict of tensors.
+void ExportFromObject(const Container& c, const std::string& destination) {
+  auto pkl = c.FindBlob(kObjectPickleBlob);
+  if (!pkl) Refuse(c, "it holds no object pickle (data.pkl) saying which tensors make up its state");
+  pickle::UnpickleResult tree = pickle::Unpickle(c.CheckedBlobBytes(*pkl));
+  pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
+  const pickle::Value* root = tree.root;
+  bool is_dict = root && (root->kind == pickle::Kind::kDict ||
+                          (root->kind == pickle::Kind::kObject && pickle::IsGlobal(pickle::ObjectGlobal(root), "collections", "OrderedDict")));
+  if (!is_dict) Refuse(c, "its object is not a dict of tensors (safetensors holds nothing else)");
+  std::unordered_map<std::string, const pickle::TorchTensor*> by_name;
+  for (const pickle::TorchTensor& t : model.tensors)
+    if (!t.internal) by_name.emplace(t.name, &t);
+
+  std::vector<Piece> pieces;
+  std::map<uint32_t, std::string> storage_owner;  // storage -> the tensor already using it
+  for (const auto& [key, value] : root->entries) {
+    if (!key || key->kind != pickle::Kind::kString) Refuse(c, "a key of its dict is not a string");
+    auto it = by_name.find(key->text);
+    if (it == by_name.end() || it->second->pickle_offset != value->offset)
+      Refuse(c, "the value of '" + key->text + "' is not a tensor (safetensors holds only tensors)");
+    const pickle::TorchTensor& pt = *it->second;
+    if (pt.dtensor_local || pt.sharded_local || pt.quantized || pt.conj || pt.neg)
+      Refuse(c, "tensor '" + key->text + "' is a " +
+                    (pt.dtensor_local ? "DTensor" : pt.sharded_local ? "ShardedTensor shard" : pt.quantized ? "quantized tensor"
+                                                                                                          : "tensor with its conj/neg bit set") +
+                    ", which safetensors cannot hold");
+    auto index = c.FindTensor(key->text);
+    if (!index) throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the pickle's tensor '" + key->text + "' has no record");
+    TensorInfo t = c.tensor(*index);
+    auto dtype = safetensors::FindTorchDType(t.dtype);
+    if (!dtype) Refuse(c, "tensor '" + key->text + "' is " + std::string(DTypeName(t.dtype)) + ", which safetensors has no type for");
+    if (!IsContiguous(t)) Refuse(c, "tensor '" + key->text + "' is not contiguous (safetensors stores row-major tensors)");
+    if (t.byte_end > t.byte_begin) {
+      auto [owner, fresh] = storage_owner.emplace(t.storage, key->text);
+      if (!fresh)
+        Refuse(c, "tensors '" + owner->second + "' and '" + key->text + "' share memory (safetensors stores each once; "
+                  "clone one of them, or use safetensors.torch.save_model)");
+    }
+    safetensors::TensorEntry e;
+    e.name = key->text;
+    e.dtype = *dtype;
+    e.shape.assign(t.shape.begin(), t.shape.end());
+    if (t.dtype == DType::kFloat4_e2m1fn_x2) {  // safetensors counts F4 elements, two a byte
+      if (e.shape.empty()) Refuse(c, "tensor '" + key->text + "' is a 0-dim float4_e2m1fn_x2, which F4 cannot shape");
+      e.shape.back() *= 2;
+    }
+    uint64_t begin = t.byte_end > t.byte_begin ? t.byte_begin : 0;
+    pieces.push_back({std::move(e), t.storage, begin, t.byte_end > t.byte_begin ? t.byte_end : 0});
+  }
+  std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return safetensors::WriterOrder(a.entry, b.entry); });
+  std::vector<safetensors::TensorEntry> entries;
+  uint64_t at = 0;
+  for (Piece& p : pieces) {
+    p.entry.begin = at;
+    at += p.byte_end - p.byte_begin;
+    p.entry.end = at;
+    entries.push_back(p.entry);
+  }
+  Write(c, destination, safetensors::FormatHeader(entries, false, {}), pieces);
+}
+
+}  // namespace
+
+void ExportSafetensors(const Container& c, const std::string& destination) {
+  auto fmt = c.FindMetadata(kKeyFormat);
+  if (fmt && *fmt == "safetensors") ExportKeptHeader(c, destination);
+  else ExportFromObject(c, destination);
+}
+
+}  // namespace zckpt::convert
