@@ -53,8 +53,9 @@ def test_failed_conversion_leaves_existing_destination_alone(family, zckpt, tmp_
     dst.write_bytes(b"previous contents")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x80\x02cos\nsystem\n.")
-    run = zckpt("convert", "--quiet", bad, "-o", dst)
+    run = zckpt("convert", "--quiet", "--force", bad, "-o", dst)
     assert run.rc in (1, 2), run.text
+    assert "exists" not in run.err, run.text  # refused for what it is, not for the destination
     assert dst.read_bytes() == b"previous contents"
     assert sorted(os.listdir(tmp_path)) == ["bad.pt", "x.zckpt"]
 
@@ -62,7 +63,7 @@ def test_failed_conversion_leaves_existing_destination_alone(family, zckpt, tmp_
 def test_successful_conversion_replaces_destination(family, zckpt, tmp_path):
     dst = tmp_path / "x.zckpt"
     dst.write_bytes(b"previous contents")
-    zckpt.ok("convert", "--quiet", family["strides.pt"].path, "-o", dst)
+    zckpt.ok("convert", "--quiet", "--force", family["strides.pt"].path, "-o", dst)
     zckpt.ok("verify", dst)
     assert os.listdir(tmp_path) == ["x.zckpt"]
 

@@ -1,4 +1,4 @@
-// `zckpt convert SRC.pt [-o DST.zckpt]` and `zckpt convert DIR -o OUTDIR [-j N]`.
+// `zckpt convert SRC [-o DST.zckpt]` and `zckpt convert DIR -o OUTDIR [-j N]`.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +15,8 @@
 #include "commands.h"
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
+#include "convert/source_kind.h"
+#include "convert_plan.h"
 #include "progress.h"
 #include "zckpt/convert.h"
 
@@ -25,19 +26,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kHelp =
-    "usage: zckpt convert SRC.pt [-o DST.zckpt] [options]\n"
+constexpr const char* kHelpHead =
+    "usage: zckpt convert SRC [-o DST.zckpt] [options]\n"
     "       zckpt convert DIR -o OUTDIR [-j N] [options]\n\n"
-    "Rewrites torch.save files (zip or legacy format, torch 1.x/2.x) as .zckpt containers\n"
-    "without running Python: the pickle is read by a restricted interpreter that executes\n"
-    "nothing, and a file naming a global that could run code (os.system, eval, ...) is refused.\n"
-    "Without -o, DST is SRC with .pt/.pth/.bin replaced by .zckpt.\n\n"
-    "With a folder (e.g. verl's global_step_N/actor/), every .pt/.pth/.bin file under it is\n"
-    "converted to the same relative path under OUTDIR with the .zckpt extension; every other\n"
-    "file (fsdp_config.json, huggingface/ ...) is copied unchanged, so OUTDIR is a complete\n"
-    "checkpoint folder (--only-pt skips the copies). Files are converted N at a time (-j N).\n\n"
+    "Rewrites torch.save files (zip or legacy format, torch 1.x/2.x) and safetensors files as\n"
+    "zckpt containers without running Python: a torch pickle is read by a restricted interpreter\n"
+    "that executes nothing, and a file naming a global that could run code (os.system, eval,\n"
+    "...) is refused; a safetensors header is checked offset by offset (lengths, JSON, dtype x\n"
+    "shape, the data covered exactly). `zckpt.load` of a converted safetensors file returns the\n"
+    "dict safetensors.torch.load_file does; `zckpt export --format safetensors` gives the file back.\n"
+    "Without -o, DST is SRC with .pt/.pth/.bin/.safetensors replaced by .zckpt.\n\n"
+    "With a folder (verl's global_step_N/actor/, a Hugging Face model folder), every checkpoint\n"
+    "under it is converted to the same relative path under OUTDIR with the .zckpt extension; a\n"
+    "sharded checkpoint's index (model.safetensors.index.json, pytorch_model.bin.index.json) is\n"
+    "rewritten to name the converted shards; every other file (config.json, tokenizer files,\n"
+    "...) is copied unchanged (--only-pt skips the copies). Files are converted N at a time (-j N).\n"
+    "Checkpoints in formats zckpt does not convert are named, not copied as if they were plain\n"
+    "files: a torch.distributed.checkpoint (DCP) folder or .distcp file, a TorchScript archive,\n"
+    "a GGUF file, a numpy .npz/.npy. A folder holding any stops before writing anything (exit 2)\n"
+    "unless --copy-unknown copies them unchanged.\n\n"
     "options:\n"
     "  -o, --output PATH      destination file (or folder for a DIR source)\n"
+    "  -f, --force            overwrite destinations that exist (default: refuse, exit 2)\n"
     "  -j, --jobs N           files converted at once in folder mode (default 1)\n"
     "  --chunk-bytes N        raw bytes per chunk, multiple of 4096 (default 4M)\n"
     "  --zstd LEVEL           compress chunks with zstd at LEVEL 1..22 (default 0: off;\n"
@@ -45,14 +55,23 @@ constexpr const char* kHelp =
     "  --large-alignment N    alignment of large storages (default 4096)\n"
     "  --threads N            hashing/compression threads per file (default: all cores)\n"
     "  --only-pt              folder mode: do not copy non-checkpoint files\n"
-    "  --quiet                no per-file summary\n\n"
+    "  --copy-unknown         folder mode: copy checkpoints in other formats instead of stopping\n";
+constexpr const char* kHelpTail =
+    "  -q, --quiet            no per-file summary\n\n"
     "Nothing appears at a destination unless its conversion completes (temporary file, fsync,\n"
-    "rename). Storage locations such as cuda:0 are recorded, never acted on.\n"
-    "Exit codes: 0 converted; 1 a source is corrupt or unsafe; 2 could not run.\n";
+    "rename). Storage locations such as cuda:0 are recorded, never acted on.\n\n"
+    "Exit codes:\n"
+    "  0  every file converted (or copied)\n"
+    "  1  a source is corrupt or unsafe (malformed zip, pickle or safetensors header; a pickle\n"
+    "     naming a code-running global)\n"
+    "  2  could not run: bad usage, a missing source, a destination that exists (without\n"
+    "     --force), a file that is not a checkpoint zckpt converts (already a container, DCP,\n"
+    "     TorchScript, GGUF, numpy; named in the message), an I/O error. 2 wins over 1.\n";
 
 struct Job {
   std::string source, destination;
-  bool convert = true;  // false: copy unchanged
+  FolderJob::Action action = FolderJob::Action::kConvert;
+  std::string note;  // copied foreign checkpoints: their format
 };
 
 void CopyFile(const std::string& from, const std::string& to) {
@@ -62,18 +81,27 @@ void CopyFile(const std::string& from, const std::string& to) {
   out.Commit();
 }
 
-int ConvertOne(const Job& job, const ConvertOptions& base, bool quiet, bool progress) {
+int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, bool quiet, ProgressStyle progress) {
   try {
-    if (!job.convert) {
+    if (job.action == FolderJob::Action::kRewriteIndex) {
+      RewriteIndex(FolderJob{job.source, job.destination, job.action, "", ""}, *plan);
+      if (!quiet) std::printf("%s -> %s (index rewritten to name the converted shards)\n", job.source.c_str(), job.destination.c_str());
+      return kExitOk;
+    }
+    if (job.action != FolderJob::Action::kConvert) {
       CopyFile(job.source, job.destination);
-      if (!quiet) std::printf("%s -> %s (copied)\n", job.source.c_str(), job.destination.c_str());
+      if (!quiet) {
+        if (job.note.empty()) std::printf("%s -> %s (copied)\n", job.source.c_str(), job.destination.c_str());
+        else std::printf("%s -> %s (copied, not converted: %s)\n", job.source.c_str(), job.destination.c_str(), job.note.c_str());
+      }
       return kExitOk;
     }
     ConvertOptions opt = base;
-    struct stat st;
-    uint64_t total = ::stat(job.source.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-    ProgressBar bar("convert " + job.source, total, progress);
-    opt.progress = [&bar](uint64_t done, uint64_t) { bar.Set(done); };
+    ProgressBar bar("convert " + job.source, 0, progress);
+    opt.progress = [&bar](uint64_t done, uint64_t total) {
+      bar.SetTotal(total);
+      bar.Set(done);
+    };
     auto t0 = std::chrono::steady_clock::now();
     ConvertStats s = ConvertFile(job.source, job.destination, opt);
     bar.Finish();
@@ -94,34 +122,85 @@ int ConvertOne(const Job& job, const ConvertOptions& base, bool quiet, bool prog
   }
 }
 
-std::vector<Job> PlanFolder(const std::string& src, const std::string& out, bool only_pt) {
+// Something exists at `path` (a file, a folder, a dangling symlink).
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+int RefuseExisting(const std::vector<std::string>& existing) {
+  for (size_t i = 0; i < existing.size() && i < 10; ++i)
+    std::fprintf(stderr, "zckpt convert: %s exists\n", existing[i].c_str());
+  if (existing.size() > 10) std::fprintf(stderr, "zckpt convert: ... and %zu more\n", existing.size() - 10);
+  return UsageError("convert", std::to_string(existing.size()) + (existing.size() == 1 ? " destination exists" : " destinations exist") +
+                                   "; nothing was written (--force overwrites)");
+}
+
+int ConvertFolder(const std::string& src, const std::string& out, const Args& args, const ConvertOptions& opt, unsigned n,
+                  ProgressStyle progress) {
+  bool quiet = args.Has("quiet"), copy_unknown = args.Has("copy-unknown");
+  FolderPlan plan = PlanFolder(src, out, args.Has("only-pt"));
+  // Foreign checkpoints stop the run before anything is written, unless they are to be copied.
   std::vector<Job> jobs;
-  for (const auto& entry : fs::recursive_directory_iterator(src)) {
-    if (!entry.is_regular_file()) continue;
-    fs::path rel = fs::relative(entry.path(), src);
-    std::string name = rel.filename().string();
-    if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a stale temp of ours
-    Job job;
-    job.source = entry.path().string();
-    job.convert = IsCheckpointName(name);
-    if (!job.convert && only_pt) continue;
-    fs::path dst = fs::path(out) / rel;
-    job.destination = job.convert ? DefaultDestination(dst.string()) : dst.string();
-    jobs.push_back(job);
+  std::vector<const FolderJob*> foreign;
+  for (const FolderJob& f : plan.jobs) {
+    if (f.action == FolderJob::Action::kForeign) foreign.push_back(&f);
+    jobs.push_back({f.source, f.destination, f.action, f.kind});
   }
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.source < b.source; });
-  return jobs;
+  if (!foreign.empty() && !copy_unknown) {
+    for (const std::string& dir : plan.dcp_folders)
+      std::fprintf(stderr, "zckpt convert: %s: a torch.distributed.checkpoint (DCP) folder (.metadata + .distcp shards), not "
+                           "converted: %s\n", dir.c_str(), convert::DcpAdvice(dir).c_str());
+    for (const FolderJob* f : foreign) {
+      if (f->why.find("torch.distributed.checkpoint") != std::string::npos) continue;  // said per folder above
+      std::fprintf(stderr, "zckpt convert: %s: %s\n", f->source.c_str(), f->why.c_str());
+    }
+    return UsageError("convert", std::to_string(foreign.size()) + " file" + (foreign.size() == 1 ? " is a checkpoint" : "s are checkpoints") +
+                                     " in a format zckpt does not convert (above); nothing was written. --copy-unknown "
+                                     "copies them unchanged and converts the rest");
+  }
+  // Two sources mapping to one destination (model.pt and model.bin -> model.zckpt) would lose one.
+  std::map<std::string, std::string> by_destination;
+  std::vector<std::string> existing;
+  for (const Job& j : jobs) {
+    auto [it, inserted] = by_destination.emplace(j.destination, j.source);
+    if (!inserted)
+      return UsageError("convert", "both " + it->second + " and " + j.source + " would be written to " + j.destination);
+    if (SameFile(j.destination, j.source)) return UsageError("convert", "the destination is the source file: " + j.source);
+    if (!args.Has("force") && Exists(j.destination)) existing.push_back(j.destination);
+  }
+  if (!existing.empty()) return RefuseExisting(existing);
+  std::error_code ec;
+  for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
+  if (n > 1 && progress == ProgressStyle::kBar) progress = ProgressStyle::kNone;  // bars of parallel jobs would interleave
+  std::atomic<size_t> next{0};
+  std::atomic<int> worst{kExitOk};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < n; ++t) {
+    workers.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+        int rc = RunJob(jobs[i], &plan, opt, quiet, progress);
+        int prev = worst.load();
+        while (rc > prev && !worst.compare_exchange_weak(prev, rc)) {
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  return worst.load();
 }
 
 }  // namespace
 
 int RunConvert(const Argv& argv) {
-  Args args(argv, {"help", "only-pt", "quiet"},
-            {"output", "jobs", "chunk-bytes", "zstd", "large-alignment", "threads"},
-            {{"h", "help"}, {"o", "output"}, {"j", "jobs"}, {"q", "quiet"}});
+  Args args(argv, {"help", "only-pt", "quiet", "force", "copy-unknown"},
+            {"output", "jobs", "chunk-bytes", "zstd", "large-alignment", "threads", "progress"},
+            {{"h", "help"}, {"o", "output"}, {"j", "jobs"}, {"q", "quiet"}, {"f", "force"}});
   if (!args.ok()) return UsageError("convert", args.error());
   if (args.Has("help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(kHelpHead, stdout);
+    std::fputs(kProgressHelp, stdout);
+    std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
   ConvertOptions opt;
@@ -136,9 +215,10 @@ int RunConvert(const Argv& argv) {
   if (jobs_opt && *jobs_opt > 1024) return UsageError("convert", "--jobs must be <= 1024");
   if (auto v = args.GetInt("threads"); v && (*v < 0 || *v > 1024))
     return UsageError("convert", "--threads takes 0..1024 (0: all cores)");
+  auto progress = ChooseProgressStyle(args.Get("progress"));
+  if (!progress) return UsageError("convert", "--progress takes auto, always or never");
   if (args.positional().size() != 1) return UsageError("convert", "expected exactly one SRC (file or folder)");
   const std::string src = args.positional()[0];
-  bool quiet = args.Has("quiet");
   std::error_code ec;
 
   if (!fs::is_directory(src, ec)) {
@@ -146,39 +226,20 @@ int RunConvert(const Argv& argv) {
       std::fprintf(stderr, "zckpt convert: no such file: %s\n", src.c_str());
       return kExitCannotRun;
     }
-    Job job{src, args.Get("output").value_or(DefaultDestination(src)), true};
+    Job job{src, args.Get("output").value_or(DefaultDestination(src)), FolderJob::Action::kConvert, ""};
     if (SameFile(job.destination, src)) return UsageError("convert", "the destination is the source file: " + src);
-    return ConvertOne(job, opt, quiet, ProgressBar::DefaultEnabled());
+    if (!args.Has("force") && Exists(job.destination)) return RefuseExisting({job.destination});
+    return RunJob(job, nullptr, opt, args.Has("quiet"), *progress);
   }
 
   auto out = args.Get("output");
   if (!out) return UsageError("convert", "a folder source needs -o OUTDIR");
-  std::vector<Job> jobs = PlanFolder(src, *out, args.Has("only-pt"));
-  // Two sources mapping to one destination (model.pt and model.bin -> model.zckpt) would lose one.
-  std::map<std::string, std::string> by_destination;
-  for (const Job& j : jobs) {
-    auto [it, inserted] = by_destination.emplace(j.destination, j.source);
-    if (!inserted)
-      return UsageError("convert", "both " + it->second + " and " + j.source + " would be written to " + j.destination);
+  if (convert::IsDcpFolder(src) && !args.Has("copy-unknown")) {
+    std::fprintf(stderr, "zckpt convert: %s is a torch.distributed.checkpoint (DCP) folder (.metadata + .distcp shards), not a "
+                         "torch.save or safetensors checkpoint: %s\n", src.c_str(), convert::DcpAdvice(src).c_str());
+    return kExitCannotRun;
   }
-  for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
-  unsigned n = static_cast<unsigned>(jobs_opt.value_or(1));
-  bool progress = n == 1 && ProgressBar::DefaultEnabled();
-  std::atomic<size_t> next{0};
-  std::atomic<int> worst{kExitOk};
-  std::vector<std::thread> workers;
-  for (unsigned t = 0; t < n; ++t) {
-    workers.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-        int rc = ConvertOne(jobs[i], opt, quiet, progress);
-        int prev = worst.load();
-        while (rc > prev && !worst.compare_exchange_weak(prev, rc)) {
-        }
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
-  return worst.load();
+  return ConvertFolder(src, *out, args, opt, static_cast<unsigned>(jobs_opt.value_or(1)), *progress);
 }
 
 }  // namespace zckpt::cli

@@ -1,4 +1,6 @@
-// `zckpt export SRC.zckpt -o DST.pt`.
+// `zckpt export SRC.zckpt -o DST.pt` / `-o DST.safetensors`.
+#include <sys/stat.h>
+
 #include <cstdio>
 
 #include "cli.h"
@@ -9,15 +11,33 @@ namespace zckpt::cli {
 
 namespace {
 constexpr const char* kHelp =
-    "usage: zckpt export SRC.zckpt -o DST.pt\n\n"
-    "Writes the container back as a torch.save file: the kept object pickle and every record\n"
-    "of the source archive (legacy-format sources come back byte for byte). Every chunk is\n"
-    "checked on the way; nothing appears at DST unless the export completes.\n"
-    "Exit codes: 0 written; 1 the container is corrupt; 2 could not run.\n";
+    "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force]\n\n"
+    "Writes the container back as the file it came from. --format pt (the default, unless DST\n"
+    "ends in .safetensors): a torch.save file: the kept object pickle and every record of the\n"
+    "source archive (legacy-format sources come back byte for byte; a safetensors source becomes\n"
+    "the torch.save file of the dict safetensors.torch.load_file returns). --format safetensors:\n"
+    "a container converted from a safetensors file comes back byte for byte; one from a torch.save\n"
+    "file of a flat dict of tensors comes back exactly as safetensors.torch.save_file writes that\n"
+    "dict; anything else (nested state, DTensors, tensors sharing memory, ...) is refused, naming\n"
+    "what safetensors cannot hold. Every chunk is checked on the way; nothing appears at DST\n"
+    "unless the export completes.\n\n"
+    "options:\n"
+    "  -o, --output DST      destination (required)\n"
+    "  --format FORMAT       pt or safetensors (default: from DST's extension, else pt)\n"
+    "  -f, --force           overwrite DST if it exists (default: refuse, exit 2)\n\n"
+    "Exit codes:\n"
+    "  0  written\n"
+    "  1  the container is corrupt (a checksum, a record contradicting another)\n"
+    "  2  could not run: bad usage, a missing file, not a container, DST exists (without --force),\n"
+    "     a container safetensors cannot hold (--format safetensors), an I/O error\n";
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
+}  // namespace
 
 int RunExport(const Argv& argv) {
-  Args args(argv, {"help"}, {"output"}, {{"h", "help"}, {"o", "output"}});
+  Args args(argv, {"help", "force"}, {"output", "format"}, {{"h", "help"}, {"o", "output"}, {"f", "force"}});
   if (!args.ok()) return UsageError("export", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
@@ -25,10 +45,15 @@ int RunExport(const Argv& argv) {
   }
   if (args.positional().size() != 1) return UsageError("export", "expected exactly one SRC.zckpt");
   auto out = args.Get("output");
-  if (!out) return UsageError("export", "-o DST.pt is required");
+  if (!out) return UsageError("export", "-o DST is required");
+  std::string format = args.Get("format").value_or(EndsWith(*out, ".safetensors") ? "safetensors" : "pt");
+  if (format != "pt" && format != "safetensors") return UsageError("export", "--format takes pt or safetensors");
   if (SameFile(args.positional()[0], *out))
     return UsageError("export", "the destination is the source file: " + *out);
-  ExportFile(args.positional()[0], *out);
+  struct stat st;
+  if (!args.Has("force") && ::lstat(out->c_str(), &st) == 0)
+    return UsageError("export", *out + " exists; nothing was written (--force overwrites)");
+  ExportFile(args.positional()[0], *out, format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch);
   return kExitOk;
 }
 

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "json_writer.h"
+#include "convert/source_kind.h"
 #include "progress.h"
 #include "zckpt/loader.h"
 
@@ -33,9 +34,13 @@ constexpr const char* kHelp =
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
     "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
-    "  --map    map the file instead: CPU tensors aliasing it, nothing read (Map)\n\n"
-    "Exit codes: 0 loaded; 1 the file is corrupt (a chunk fails its checksum); 2 could not run\n"
-    "(bad usage, missing file, not a container, no such device, I/O or CUDA error).\n";
+    "  --map    map the file instead: CPU tensors aliasing it, nothing read (Map)\n";
+constexpr const char* kHelpTail =
+    "\nExit codes:\n"
+    "  0  loaded\n"
+    "  1  the file is corrupt (a chunk fails its checksum)\n"
+    "  2  could not run: bad usage, missing file, not a container (a .pt or .safetensors file:\n"
+    "     convert it first), no such device, I/O or CUDA error\n";
 
 enum class Mode { kLoad, kInto, kMap };
 
@@ -163,13 +168,17 @@ void PrintText(const std::string& path, const Report& r) {
 }  // namespace
 
 int RunLoad(const Argv& argv) {
-  Args args(argv, {"help", "json", "no-verify", "ring-only", "into", "map"}, {"device", "chunk-bytes", "slots", "threads", "method"},
-            {{"h", "help"}, {"j", "threads"}});
+  Args args(argv, {"help", "json", "no-verify", "ring-only", "into", "map"},
+            {"device", "chunk-bytes", "slots", "threads", "method", "progress"}, {{"h", "help"}, {"j", "threads"}});
   if (!args.ok()) return UsageError("load", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
+    std::fputs(kProgressHelp, stdout);
+    std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
+  auto style = ChooseProgressStyle(args.Get("progress"));
+  if (!style) return UsageError("load", "--progress takes auto, always or never");
   if (args.positional().size() != 1) return UsageError("load", "give exactly one FILE");
   const std::string path = args.positional()[0];
   LoadOptions options;
@@ -203,9 +212,12 @@ int RunLoad(const Argv& argv) {
   bool json = args.Has("json");
   try {
     std::unique_ptr<ProgressBar> bar;
-    if (!json && ProgressBar::DefaultEnabled() && r.mode != Mode::kMap) {
-      bar = std::make_unique<ProgressBar>("load " + path, 0, true);
-      options.progress = [&bar](uint64_t done, uint64_t) { bar->Set(done); };
+    if (!json && *style != ProgressStyle::kNone && r.mode != Mode::kMap) {
+      bar = std::make_unique<ProgressBar>("load " + path, 0, *style);
+      options.progress = [&bar](uint64_t done, uint64_t total) {
+        bar->SetTotal(total);
+        bar->Set(done);
+      };
     }
     try {
       Run(path, *device, r.mode, options, &r);
@@ -213,8 +225,9 @@ int RunLoad(const Argv& argv) {
       throw Error(ErrorKind::kIo, std::string("torch: ") + e.what_without_backtrace());
     }
     if (bar) bar->Finish();
-  } catch (const Error& e) {
-    if (!json) throw;  // main prints "zckpt load: ..." and maps the kind to the exit code
+  } catch (const Error& caught) {
+    Error e = convert::WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first
+    if (!json) throw e;  // main prints "zckpt load: ..." and maps the kind to the exit code
     JsonWriter jw;
     int code = ExitCodeFor(e);
     jw.BeginObject().Key("file").String(path).Key("status").String(code == kExitBad ? "corrupt" : "error");

@@ -1,27 +1,44 @@
 // `zckpt verify FILE...`: every checksum and structural rule of each container.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "cli.h"
 #include "commands.h"
 #include "json_writer.h"
 #include "progress.h"
+#include "convert/source_kind.h"
 #include "zckpt/container.h"
+#include "zckpt/format.h"
 
 namespace zckpt::cli {
 
 namespace {
 
 constexpr const char* kHelp =
-    "usage: zckpt verify [--threads N] [--quiet] [--json] FILE...\n\n"
+    "usage: zckpt verify [--threads N] [--quiet] [--json] [--progress WHEN] PATH...\n\n"
     "Checks every byte of each container: superblock, footer and index checksums, every\n"
     "structural rule of format-spec/zckpt-v1.md, every chunk's XXH3 (zstd chunks are also\n"
     "decoded and their raw XXH3 checked), every blob, and that all padding is zero.\n"
-    "Every bad chunk is reported with its file, storage key, tensors and byte range.\n\n"
-    "Exit codes: 0 every file is good; 1 at least one file is corrupt; 2 at least one file\n"
-    "could not be checked (missing, unreadable, not a container, unsupported version) or\n"
-    "bad usage (2 wins over 1).\n";
+    "Every bad chunk is reported with its file, storage key, tensors and byte range.\n"
+    "A PATH that is a folder stands for every container below it (files starting with the\n"
+    "container magic, whatever their name); one line per container, then a summary line.\n\n"
+    "options:\n"
+    "  -j, --threads N        checking threads per file (default: all cores)\n"
+    "  -q, --quiet            print only the containers that are not OK (and the summary)\n"
+    "  --json                 one JSON array, an object per container\n";
+constexpr const char* kHelpTail =
+    "\nExit codes:\n"
+    "  0  every container is good\n"
+    "  1  at least one container is corrupt\n"
+    "  2  at least one could not be checked (missing, unreadable, not a container, unsupported\n"
+    "     version), a folder holding no container, or bad usage (2 wins over 1)\n";
 
 struct FileResult {
   std::string path;
@@ -31,7 +48,7 @@ struct FileResult {
   double seconds = 0;
 };
 
-FileResult VerifyOne(const std::string& path, unsigned threads, bool progress) {
+FileResult VerifyOne(const std::string& path, unsigned threads, ProgressStyle progress) {
   FileResult r;
   r.path = path;
   auto t0 = std::chrono::steady_clock::now();
@@ -47,34 +64,81 @@ FileResult VerifyOne(const std::string& path, unsigned threads, bool progress) {
     for (const auto& p : report.problems) r.problems.push_back(p.message);
     r.code = report.ok() ? kExitOk : kExitBad;
   } catch (const Error& e) {
-    r.problems.push_back(e.what());
+    r.problems.push_back(convert::WithNotAContainerHint(e, path).what());
     r.code = ExitCodeFor(e);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
+bool HasContainerMagic(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  uint8_t head[sizeof format::kSuperblockMagic];
+  bool yes = ::read(fd, head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
+             std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
+  ::close(fd);
+  return yes;
+}
+
+// The files a PATH stands for: itself, or for a folder every container below it, sorted. A
+// folder that cannot be walked, or holds none, is an error entry (an empty `files`).
+struct Target {
+  std::string path;
+  std::vector<std::string> files;
+  std::string error;
+};
+
+Target Expand(const std::string& path) {
+  namespace fs = std::filesystem;
+  Target t{path, {}, ""};
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    t.files.push_back(path);
+    return t;
+  }
+  fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a writer's temporary, live or stale
+    if (it->is_regular_file(ec) && HasContainerMagic(it->path())) t.files.push_back(it->path().string());
+  }
+  if (ec) t.error = path + ": cannot walk the folder: " + ec.message();
+  else if (t.files.empty()) t.error = path + ": no zckpt container below this folder";
+  std::sort(t.files.begin(), t.files.end());
+  return t;
+}
+
 }  // namespace
 
 int RunVerify(const Argv& argv) {
-  Args args(argv, {"help", "quiet", "json"}, {"threads"}, {{"h", "help"}, {"q", "quiet"}, {"j", "threads"}});
+  Args args(argv, {"help", "quiet", "json"}, {"threads", "progress"}, {{"h", "help"}, {"q", "quiet"}, {"j", "threads"}});
   if (!args.ok()) return UsageError("verify", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
+    std::fputs(kProgressHelp, stdout);
+    std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
+  auto style = ChooseProgressStyle(args.Get("progress"));
+  if (!style) return UsageError("verify", "--progress takes auto, always or never");
   auto threads = args.GetInt("threads");
   if (!args.ok()) return UsageError("verify", args.error());
   if (threads && *threads < 0) return UsageError("verify", "--threads must be >= 0");
-  if (args.positional().empty()) return UsageError("verify", "no FILE given");
+  if (args.positional().empty()) return UsageError("verify", "no PATH given");
 
   bool json = args.Has("json"), quiet = args.Has("quiet");
-  bool progress = !json && ProgressBar::DefaultEnabled();
+  ProgressStyle progress = json ? ProgressStyle::kNone : *style;
   int worst = kExitOk;
+  bool any_folder = false;
+  size_t counts[3] = {0, 0, 0}, checked = 0;  // ok, corrupt, error
   JsonWriter jw;
   jw.BeginArray();
-  for (const auto& path : args.positional()) {
-    FileResult r = VerifyOne(path, threads ? static_cast<unsigned>(*threads) : 0, progress);
+  // Each result is printed as soon as it is known (a folder of 30 GiB shards takes a while).
+  auto report = [&](const FileResult& r) {
+    const std::string& path = r.path;
+    ++checked;
+    counts[r.code == kExitOk ? 0 : r.code == kExitBad ? 1 : 2]++;
     if (r.code == kExitCannotRun || worst == kExitCannotRun) worst = kExitCannotRun;
     else if (r.code == kExitBad) worst = kExitBad;
     if (json) {
@@ -84,7 +148,7 @@ int RunVerify(const Argv& argv) {
       jw.Key("problems").BeginArray();
       for (const auto& p : r.problems) jw.String(p);
       jw.EndArray().EndObject();
-      continue;
+      return;
     }
     if (r.code == kExitOk) {
       if (!quiet) {
@@ -94,11 +158,27 @@ int RunVerify(const Argv& argv) {
     } else {
       const char* what = r.code == kExitBad ? "CORRUPT" : "ERROR";
       std::printf("%s: %s\n", path.c_str(), what);
+      std::fflush(stdout);
       for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", p.c_str());
     }
+    std::fflush(stdout);
+  };
+  for (const auto& arg : args.positional()) {
+    Target target = Expand(arg);
+    any_folder |= target.files.size() != 1 || target.files[0] != arg;
+    if (!target.error.empty()) {
+      FileResult r;
+      r.path = arg;
+      r.code = kExitCannotRun;
+      r.problems.push_back(target.error);
+      report(r);
+    }
+    for (const std::string& path : target.files) report(VerifyOne(path, threads ? static_cast<unsigned>(*threads) : 0, progress));
   }
   jw.EndArray();
   if (json) std::printf("%s\n", jw.str().c_str());
+  else if (any_folder || checked > 1)
+    std::printf("verify: %zu checked: %zu OK, %zu CORRUPT, %zu ERROR\n", checked, counts[0], counts[1], counts[2]);
   return worst;
 }
 

@@ -17,10 +17,10 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"convert", zckpt::cli::RunConvert, "rewrite .pt shards (or a checkpoint folder) as .zckpt containers"},
+    {"convert", zckpt::cli::RunConvert, "rewrite .pt / .safetensors files (or a checkpoint folder) as .zckpt containers"},
     {"verify", zckpt::cli::RunVerify, "check every checksum and structural rule of containers"},
     {"ls", zckpt::cli::RunLs, "list a container's tensors, storages, chunks and metadata"},
-    {"export", zckpt::cli::RunExport, "write a container back as a .pt file torch.load reads"},
+    {"export", zckpt::cli::RunExport, "write a container back as a .pt (or .safetensors) file"},
     {"load", zckpt::cli::ExecLoad, "stream a container into tensors on a device and report speed and memory"},
     {"bench", zckpt::cli::RunBench, "benchmark verify/load against baselines measured in the same run"},
 };
@@ -31,9 +31,10 @@ void PrintUsage(FILE* out) {
                "zckpt: zero-copy checkpoints for PyTorch.\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
   std::fprintf(out,
-               "\n'zckpt COMMAND --help' describes one command.\n"
+               "\n'zckpt help COMMAND' (or 'zckpt COMMAND --help') describes one command.\n"
                "Exit codes: 0 success; 1 a file is corrupt or refused as unsafe; 2 could not run\n"
-               "(bad usage, missing file, not a container, I/O error).\n");
+               "(bad usage, missing file, not a container, a format zckpt does not convert, an\n"
+               "existing destination without --force, I/O error).\n");
 }
 
 }  // namespace
@@ -44,16 +45,24 @@ int main(int argc, char** argv) {
     return zckpt::cli::kExitCannotRun;
   }
   std::string name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") {
+  if (name == "--help" || name == "-h" || (name == "help" && argc == 2)) {
     PrintUsage(stdout);
     return zckpt::cli::kExitOk;
+  }
+  zckpt::cli::Argv args(argv + 2, argv + argc);
+  if (name == "help") {  // `zckpt help CMD` is `zckpt CMD --help`
+    if (argc > 3) {
+      std::fprintf(stderr, "zckpt help: give one COMMAND\n");
+      return zckpt::cli::kExitCannotRun;
+    }
+    name = argv[2];
+    args = {"--help"};
   }
   if (name == "--version") {
     std::printf("zckpt %s (container format %u.%u)\n", ZCKPT_VERSION, unsigned{zckpt::format::kMajorVersion},
                 unsigned{zckpt::format::kMinorVersion});
     return zckpt::cli::kExitOk;
   }
-  zckpt::cli::Argv args(argv + 2, argv + argc);
   for (const Command& c : kCommands) {
     if (name == c.name) return zckpt::cli::RunGuarded(c.name, c.run, args);
   }

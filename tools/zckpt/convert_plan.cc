@@ -1,0 +1,84 @@
+#include "convert_plan.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
+#include "convert/hf_index.h"
+#include "convert/source_kind.h"
+#include "zckpt/convert.h"
+#include "zckpt/error.h"
+
+namespace zckpt::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string Normal(const fs::path& p) { return p.lexically_normal().string(); }
+
+}  // namespace
+
+FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_pt) {
+  using convert::SourceKind;
+  FolderPlan plan;
+  std::set<std::string> dcp;
+  for (const auto& entry : fs::recursive_directory_iterator(src)) {
+    if (!entry.is_regular_file()) continue;
+    fs::path rel = fs::relative(entry.path(), src);
+    const std::string name = rel.filename().string();
+    if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a stale temp of ours
+    FolderJob job;
+    job.source = entry.path().string();
+    const fs::path dst = fs::path(out) / rel;
+    job.destination = dst.string();
+    if (convert::IsShardIndexName(name)) {
+      job.action = FolderJob::Action::kRewriteIndex;
+      plan.jobs.push_back(job);
+      continue;
+    }
+    SourceKind kind = convert::DetectSource(job.source);
+    const std::string parent = entry.path().parent_path().string();
+    if (kind == SourceKind::kDcpMetadata && !convert::IsDcpFolder(parent)) kind = SourceKind::kUnknown;  // some other .metadata
+    if (convert::IsConvertible(kind) || (IsCheckpointName(name) && kind == SourceKind::kUnknown)) {
+      // A checkpoint's name on something else: the converter says what is wrong with it.
+      job.action = FolderJob::Action::kConvert;
+      job.destination = DefaultDestination(job.destination);
+    } else if (kind == SourceKind::kUnknown || kind == SourceKind::kZckpt) {
+      if (only_pt) continue;
+      job.action = FolderJob::Action::kCopy;
+    } else {
+      job.action = FolderJob::Action::kForeign;
+      job.why = convert::WhyNotConverted(kind, job.source);
+      job.kind = convert::SourceKindName(kind);
+      if (kind == SourceKind::kDcpShard || kind == SourceKind::kDcpMetadata) dcp.insert(parent);
+    }
+    plan.jobs.push_back(job);
+  }
+  std::sort(plan.jobs.begin(), plan.jobs.end(), [](const FolderJob& a, const FolderJob& b) { return a.source < b.source; });
+  plan.dcp_folders.assign(dcp.begin(), dcp.end());
+  return plan;
+}
+
+void RewriteIndex(const FolderJob& job, const FolderPlan& plan) {
+  std::set<std::string> converted;
+  for (const FolderJob& j : plan.jobs)
+    if (j.action == FolderJob::Action::kConvert) converted.insert(Normal(j.source));
+  const fs::path dir = fs::path(job.source).parent_path();
+  MappedFile in(job.source);
+  std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
+  std::string rewritten = convert::RewriteShardIndex(
+      text,
+      [&](const std::string& shard) -> std::optional<std::string> {
+        if (!converted.count(Normal(dir / shard))) return std::nullopt;  // not ours to rename
+        return DefaultDestination(shard);
+      },
+      job.source);
+  AtomicFile out(job.destination);
+  out.Write(rewritten.data(), rewritten.size());
+  out.Commit();
+}
+
+}  // namespace zckpt::cli

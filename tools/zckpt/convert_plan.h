@@ -1,0 +1,41 @@
+// What `zckpt convert DIR -o OUTDIR` does with each file under DIR, decided before anything is
+// written: convert it (torch.save and safetensors files), rewrite it (a sharded checkpoint's
+// index, to name the converted shards), copy it (config.json, tokenizer files, ...), or stop at
+// it (a checkpoint in a format zckpt does not convert: DCP, TorchScript, GGUF, numpy), unless
+// --copy-unknown says to copy those too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace zckpt::cli {
+
+struct FolderJob {
+  enum class Action {
+    kConvert,
+    kCopy,
+    kRewriteIndex,  // model.safetensors.index.json, pytorch_model.bin.index.json
+    kForeign,       // a checkpoint in another format: stops the run, or copied (--copy-unknown)
+  };
+  std::string source, destination;
+  Action action = Action::kCopy;
+  std::string why;   // kForeign: what the file is and what to use instead
+  std::string kind;  // kForeign: its format, in a few words ("TorchScript archive")
+};
+
+struct FolderPlan {
+  std::vector<FolderJob> jobs;           // sorted by source
+  std::vector<std::string> dcp_folders;  // torch.distributed.checkpoint folders met (their files are kForeign)
+};
+
+// Walks `src` (symlinks to files followed, our own stale temporaries skipped). `only_pt`: plain
+// files are left out (indexes and foreign checkpoints are not plain files). Throws Error(kIo)
+// when a file cannot be read.
+FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_pt);
+
+// The index at `job.source` with every shard this plan converts renamed to its container;
+// written to `job.destination` through an atomic file. Throws Error (kCorrupt when it is not an
+// index, kIo).
+void RewriteIndex(const FolderJob& job, const FolderPlan& plan);
+
+}  // namespace zckpt::cli
