@@ -54,30 +54,36 @@ bool IsContiguous(const TensorInfo& t) {
 }
 
 // The file the container came from: the kept header, and each of its tensors matched with the
-// container's tensor of that name, which must be exactly what the header describes.
+// container's storage of the same position (keys "0", "1", ... in byte-buffer order, spec §8),
+// which must hold exactly what the header describes, viewed by one tensor of that dtype and
+// shape. (Not by tensor name: names come from the pickle's paths, and a key such as "" is named
+// otherwise there.)
 void ExportKeptHeader(const Container& c, const std::string& destination) {
   const std::string named_by = "metadata '" + std::string(kKeyFormat) + "' = safetensors";
   std::span<const uint8_t> json = CheckedBlob(c, kSafetensorsHeaderBlob, named_by);
   safetensors::Header h = safetensors::ParseHeaderJson(json, std::nullopt, c.path() + " (kept header)");
-  if (h.tensors.size() != c.tensor_count())
+  if (h.tensors.size() != c.storage_count() || h.tensors.size() != c.tensor_count())
     throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the kept safetensors header names " + std::to_string(h.tensors.size()) +
-                                         " tensors, the container holds " + std::to_string(c.tensor_count()));
+                                         " tensors, the container holds " + std::to_string(c.storage_count()) + " storages and " +
+                                         std::to_string(c.tensor_count()) + " tensors");
   std::vector<Piece> pieces;
-  for (const safetensors::TensorEntry& e : h.tensors) {
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    const safetensors::TensorEntry& e = h.tensors[i];
     auto fail = [&](const std::string& why) {
-      throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: tensor '" + e.name + "' " + why +
-                                           ", but the kept safetensors header says " + std::string(e.dtype.name) + " " +
-                                           safetensors::FormatShape(e.shape) + " (" +
-                                           std::to_string(e.bytes()) + " bytes)");
+      throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the kept safetensors header says tensor '" + e.name + "' is " +
+                                           std::string(e.dtype.name) + " " + safetensors::FormatShape(e.shape) + " (" +
+                                           std::to_string(e.bytes()) + " bytes) in storage " + std::to_string(i) + ", but " + why);
     };
-    auto index = c.FindTensor(e.name);
-    if (!index) fail("is not in the container");
-    TensorInfo t = c.tensor(*index);
-    if (t.dtype != e.dtype.dtype || t.shape != e.TorchShape() || !IsContiguous(t))
-      fail("is " + std::string(DTypeName(t.dtype)) + " " + safetensors::FormatShape(t.shape) + (IsContiguous(t) ? "" : " (not contiguous)"));
-    uint64_t begin = t.byte_end > t.byte_begin ? t.byte_begin : 0;
-    if (t.byte_end - t.byte_begin != e.bytes()) fail("covers " + std::to_string(t.byte_end - t.byte_begin) + " bytes");
-    pieces.push_back({e, t.storage, begin, begin + e.bytes()});
+    auto s = c.FindStorage(std::to_string(i));
+    if (!s) fail("the container has no storage '" + std::to_string(i) + "'");
+    if (c.storage(*s).raw_bytes != e.bytes()) fail("that storage holds " + std::to_string(c.storage(*s).raw_bytes) + " bytes");
+    std::vector<uint32_t> viewers = c.TensorsOfStorage(*s);
+    if (viewers.size() != 1) fail(std::to_string(viewers.size()) + " tensors view that storage");
+    TensorInfo t = c.tensor(viewers[0]);
+    if (t.dtype != e.dtype.dtype || t.shape != e.TorchShape() || !IsContiguous(t) || t.storage_offset != 0)
+      fail("its tensor is " + std::string(DTypeName(t.dtype)) + " " + safetensors::FormatShape(t.shape) +
+           (IsContiguous(t) ? "" : ", not contiguous") + (t.storage_offset ? ", at an offset" : ""));
+    pieces.push_back({e, *s, 0, e.bytes()});
   }
   Write(c, destination, std::string(json.begin(), json.end()), pieces);
 }
@@ -96,16 +102,18 @@ void ExportFromObject(const Container& c, const std::string& destination) {
   bool is_dict = root && (root->kind == pickle::Kind::kDict ||
                           (root->kind == pickle::Kind::kObject && pickle::IsGlobal(pickle::ObjectGlobal(root), "collections", "OrderedDict")));
   if (!is_dict) Refuse(c, "its object is not a dict of tensors (safetensors holds nothing else)");
-  std::unordered_map<std::string, const pickle::TorchTensor*> by_name;
+  // The tensor each dict value built, by the pickle offset of its node (not by name: the
+  // interpreter names a "" key, or one that collides with such a name, otherwise).
+  std::unordered_map<uint64_t, const pickle::TorchTensor*> by_node;
   for (const pickle::TorchTensor& t : model.tensors)
-    if (!t.internal) by_name.emplace(t.name, &t);
+    if (!t.internal) by_node.emplace(t.pickle_offset, &t);
 
   std::vector<Piece> pieces;
   std::map<uint32_t, std::string> storage_owner;  // storage -> the tensor already using it
   for (const auto& [key, value] : root->entries) {
     if (!key || key->kind != pickle::Kind::kString) Refuse(c, "a key of its dict is not a string");
-    auto it = by_name.find(key->text);
-    if (it == by_name.end() || it->second->pickle_offset != value->offset)
+    auto it = value ? by_node.find(value->offset) : by_node.end();
+    if (it == by_node.end())
       Refuse(c, "the value of '" + key->text + "' is not a tensor (safetensors holds only tensors)");
     const pickle::TorchTensor& pt = *it->second;
     if (pt.dtensor_local || pt.sharded_local || pt.quantized || pt.conj || pt.neg)
@@ -113,8 +121,8 @@ void ExportFromObject(const Container& c, const std::string& destination) {
                     (pt.dtensor_local ? "DTensor" : pt.sharded_local ? "ShardedTensor shard" : pt.quantized ? "quantized tensor"
                                                                                                           : "tensor with its conj/neg bit set") +
                     ", which safetensors cannot hold");
-    auto index = c.FindTensor(key->text);
-    if (!index) throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the pickle's tensor '" + key->text + "' has no record");
+    auto index = c.FindTensor(pt.name);
+    if (!index) throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the pickle's tensor '" + pt.name + "' has no record");
     TensorInfo t = c.tensor(*index);
     auto dtype = safetensors::FindTorchDType(t.dtype);
     if (!dtype) Refuse(c, "tensor '" + key->text + "' is " + std::string(DTypeName(t.dtype)) + ", which safetensors has no type for");

@@ -239,8 +239,7 @@ class HeaderSax {
   throw Error(kind, path + ": safetensors header: " + message);
 }
 
-// A tensor's sizes against its dtype, shape and offsets (overflow-safe), and whether torch can
-// hold its shape.
+// A tensor's sizes against its dtype, shape and offsets (overflow-safe).
 void CheckSizes(const TensorEntry& t, const std::string& path) {
   const std::string what = "tensor '" + Printable(t.name) + "' (" + std::string(t.dtype.name) + " " + FormatShape(t.shape) + ")";
   if (t.end < t.begin)
@@ -249,18 +248,8 @@ void CheckSizes(const TensorEntry& t, const std::string& path) {
   uint64_t numel = 1;
   bool overflow = false;
   for (uint64_t d : t.shape) {
-    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      Throw(ErrorKind::kUnsupported, path, what + ": dimension " + std::to_string(d) + " is beyond what torch holds");
     overflow |= d != 0 && numel > std::numeric_limits<uint64_t>::max() / d;
     if (!overflow) numel *= d;
-  }
-  // Contiguous strides multiply the non-zero sizes: they must fit torch's int64 too.
-  uint64_t span = 1;
-  for (uint64_t d : t.shape) {
-    uint64_t m = std::max<uint64_t>(d, 1);
-    if (span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / m)
-      Throw(ErrorKind::kUnsupported, path, what + ": its strides overflow torch's int64");
-    span *= m;
   }
   if (overflow || numel > std::numeric_limits<uint64_t>::max() / t.dtype.bits)
     Throw(ErrorKind::kCorrupt, path, what + ": dtype x shape overflows 64 bits");
@@ -270,6 +259,21 @@ void CheckSizes(const TensorEntry& t, const std::string& path) {
     Throw(ErrorKind::kCorrupt, path, what + " has data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                                          "] (" + std::to_string(t.bytes()) + " bytes), but " + std::string(t.dtype.name) +
                                          " x " + FormatShape(t.shape) + " is " + std::to_string(bits / 8) + " bytes");
+}
+
+// A valid entry torch cannot represent (checked once the file is known to be well-formed).
+void CheckTorchShape(const TensorEntry& t, const std::string& path) {
+  const std::string what = "tensor '" + Printable(t.name) + "' (" + std::string(t.dtype.name) + " " + FormatShape(t.shape) + ")";
+  // Sizes, and contiguous strides (which multiply the non-zero sizes), must fit torch's int64.
+  uint64_t span = 1;
+  for (uint64_t d : t.shape) {
+    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      Throw(ErrorKind::kUnsupported, path, what + ": dimension " + std::to_string(d) + " is beyond what torch holds");
+    uint64_t m = std::max<uint64_t>(d, 1);
+    if (span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / m)
+      Throw(ErrorKind::kUnsupported, path, what + ": its strides overflow torch's int64");
+    span *= m;
+  }
   if (t.dtype.dtype == DType::kFloat4_e2m1fn_x2 && (t.shape.empty() || t.shape.back() % 2 != 0))
     Throw(ErrorKind::kUnsupported, path, what + ": torch's float4_e2m1fn_x2 packs two F4 values a byte, so the last "
                                                 "dimension must be even");
@@ -290,6 +294,11 @@ Header ParseHeaderJson(std::span<const uint8_t> json, std::optional<uint64_t> da
   if (auto bad = FirstInvalidUtf8(json))
     Throw(ErrorKind::kCorrupt, path, "not UTF-8 (byte " + std::to_string(*bad) + " of the header, file byte " +
                                          std::to_string(8 + *bad) + ")");
+  // JSON text never holds a raw NUL (a string must escape it), and nlohmann's lexer would take
+  // one for the end of the input, leaving the bytes after it unread.
+  if (const uint8_t* nul = static_cast<const uint8_t*>(std::memchr(json.data(), 0, json.size())))
+    Throw(ErrorKind::kCorrupt, path, "not valid JSON: a NUL byte (byte " + std::to_string(nul - json.data()) +
+                                         " of the header, file byte " + std::to_string(8 + (nul - json.data())) + ")");
   if (json.empty() || json[0] != '{')
     Throw(ErrorKind::kCorrupt, path, "does not start with '{' (file byte 8)");
   HeaderSax sax;
@@ -325,6 +334,7 @@ Header ParseHeaderJson(std::span<const uint8_t> json, std::optional<uint64_t> da
                                : " (bytes after the last tensor that no tensor covers)"));
   }
   h.data_bytes = at;
+  for (const TensorEntry& t : h.tensors) CheckTorchShape(t, path);
   return h;
 }
 

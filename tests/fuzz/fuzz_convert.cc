@@ -1,11 +1,12 @@
-// fuzz_convert: `zckpt convert` end to end on arbitrary bytes (ConvertFile, then ExportFile).
+// fuzz_convert: `zckpt convert` end to end on arbitrary bytes (ConvertFile, then ExportFile):
+// torch.save files (zip, legacy) and safetensors files.
 //
 // The input is written to a file (under /dev/shm when there is one) and converted. What must
 // hold: a refused input throws Error of a kind that says the source is at fault (corrupt, not a
 // .pt, unsupported, unsafe: never invalid-argument or io, which would mean the converter handed
 // the writer something the readers let through) and leaves no file behind; an accepted input
-// gives a container that verifies, and that exports back (the legacy format byte for byte, a zip
-// archive record for record).
+// gives a container that verifies, and that exports back (the legacy format and safetensors byte
+// for byte, a zip archive record for record).
 #include <dirent.h>
 #include <unistd.h>
 
@@ -102,15 +103,23 @@ void FuzzConvert(const uint8_t* data, size_t size) {
     vo.threads = 1;
     ZCKPT_FUZZ_CHECK(c->Verify(vo).ok());
   }
-  // ... and goes back to what it came from.
+  // ... and goes back to what it came from: a safetensors source byte for byte, as a .safetensors.
+  bool safetensors = false;
+  {
+    auto c = Container::Open(out);
+    auto fmt = c->FindMetadata("zckpt.source.format");
+    safetensors = fmt && *fmt == "safetensors";
+  }
   try {
-    ExportFile(out, back);
+    ExportFile(out, back, safetensors ? ExportFormat::kSafetensors : ExportFormat::kTorch);
   } catch (const Error& e) {
     std::fprintf(stderr, "ExportFile of an accepted input failed (%s): %s\n", ErrorKindName(e.kind()), e.what());
     ZCKPT_FUZZ_CHECK(!"export of a converted file failed");
   }
   std::vector<uint8_t> input(data, data + size), exported = ReadFile(back);
-  if (size >= 2 && data[0] == 'P' && data[1] == 'K') {
+  if (safetensors) {
+    ZCKPT_FUZZ_CHECK(exported == input);
+  } else if (size >= 2 && data[0] == 'P' && data[1] == 'K') {
     pt::TorchArchive a(std::make_shared<const MappedFile>(data, size, "in.pt"));
     pt::TorchArchive b(std::make_shared<const MappedFile>(exported.data(), exported.size(), "back.pt"));
     ZCKPT_FUZZ_CHECK(a.RecordNames() == b.RecordNames());

@@ -2,7 +2,7 @@
 
 Usage: make_seeds.py OUTDIR
 
-  OUTDIR/pt/      small torch.save files: zip archives (a few shapes and dtypes, views, a
+  OUTDIR/pt/      small torch.save files (and a few safetensors files): zip archives (a few shapes and dtypes, views, a
                   Parameter, an nn.Module state_dict, an optimizer state, CRCs off) and legacy
                   ones (_use_new_zipfile_serialization=False, pickle protocols 2 and 4)
                   plus the project's fixture family (tests/fixtures/torch_family.py: DTensors,
@@ -143,12 +143,27 @@ def write_plain_pickles(out_pickle):
             pickle.dump(value, f, protocol=proto)
 
 
+def write_safetensors(out_pt):
+    """A few safetensors files (fuzz_convert reads them too): dtypes, an empty tensor, a scalar,
+    metadata, float8 and F4."""
+    from safetensors.torch import save_file
+    save_file({"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(3, dtype=torch.bfloat16),
+               "i": torch.tensor([1, -2], dtype=torch.int64), "m": torch.tensor([True])},
+              os.path.join(out_pt, "dtypes.safetensors"), metadata={"format": "pt"})
+    save_file({"e": torch.zeros(0, 4), "s": torch.tensor(2.5, dtype=torch.float64), "u": torch.ones(2, dtype=torch.uint16)},
+              os.path.join(out_pt, "edges.safetensors"))
+    save_file({"f8": torch.ones(4).to(torch.float8_e4m3fn), "f4": torch.zeros(2, 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)},
+              os.path.join(out_pt, "small_floats.safetensors"))
+    save_file({}, os.path.join(out_pt, "empty.safetensors"))
+
+
 def main():
     out = sys.argv[1]
     out_pt, out_pickle = os.path.join(out, "pt"), os.path.join(out, "pickle")
     os.makedirs(out_pt, exist_ok=True)
     os.makedirs(out_pickle, exist_ok=True)
     write_pt(out_pt, out_pickle)
+    write_safetensors(out_pt)
     write_plain_pickles(out_pickle)
     n = sum(len(os.listdir(d)) for d in (out_pt, out_pickle))
     print(f"make_seeds: {n} files under {out}")

@@ -102,5 +102,100 @@ TEST(ExportForged, CompleteForgeryStillExports) {
   EXPECT_TRUE(testing::FileExists(dest));
 }
 
+
+// ---- export --format safetensors of containers that say they came from a safetensors file ----
+
+// One F32 [2] tensor "a" in storage "0", as convert writes it; `mutate` forges it first.
+struct SafetensorsForgery {
+  bool header_blob = true;
+  std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  uint64_t storage_bytes = 8;
+  DType tensor_dtype = DType::kFloat32;
+  std::string storage_key = "0";
+};
+
+void WriteSafetensorsContainer(const std::string& path, const SafetensorsForgery& f) {
+  ContainerWriter w(path, {});
+  std::vector<uint8_t> bytes(f.storage_bytes, 0x11);
+  w.AddStorage(NewStorage{f.storage_key, "cpu", DType::kFloat32}, bytes);
+  NewTensor t;
+  t.name = "a";
+  t.dtype = f.tensor_dtype;
+  t.shape = {2};
+  t.stride = {1};
+  w.AddTensor(t);
+  if (f.header_blob) w.AddBlob(std::string(convert::kSafetensorsHeaderBlob), Bytes(f.header));
+  w.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
+  w.Commit();
+}
+
+void ExpectCorruptSafetensorsExport(const SafetensorsForgery& forged, const std::string& fragment) {
+  TempDir dir;
+  const std::string src = dir.File("forged.zckpt"), out_dir = dir.File("out");
+  WriteSafetensorsContainer(src, forged);
+  testing::RunCommand("mkdir " + ShellQuote(out_dir));
+  const std::string dest = out_dir + "/back.safetensors";
+  try {
+    ExportFile(src, dest, ExportFormat::kSafetensors);
+    ADD_FAILURE() << "export of a forged container succeeded (expected '" << fragment << "')";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << ErrorKindName(e.kind()) << ": " << what;
+    EXPECT_NE(what.find(src), std::string::npos) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+  }
+  EXPECT_TRUE(ListDir(out_dir).empty());
+  const std::string tool = ZckptTool();
+  if (tool.empty()) return;
+  std::string log;
+  int rc = RunCommand(ShellQuote(tool) + " export " + ShellQuote(src) + " -o " + ShellQuote(dest), &log);
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find(fragment), std::string::npos) << log;
+  EXPECT_TRUE(ListDir(out_dir).empty());
+}
+
+TEST(ExportForgedSafetensors, TheHonestOneExportsByteForByte) {
+  TempDir dir;
+  const std::string src = dir.File("ok.zckpt"), dest = dir.File("ok.safetensors");
+  SafetensorsForgery f;
+  WriteSafetensorsContainer(src, f);
+  ExportFile(src, dest, ExportFormat::kSafetensors);
+  std::vector<uint8_t> want = {static_cast<uint8_t>(f.header.size()), 0, 0, 0, 0, 0, 0, 0};
+  want.insert(want.end(), f.header.begin(), f.header.end());
+  want.insert(want.end(), 8, 0x11);
+  EXPECT_EQ(testing::ReadFileBytes(dest), want);
+}
+
+TEST(ExportForgedSafetensors, WithoutItsHeaderBlob) {
+  SafetensorsForgery f;
+  f.header_blob = false;
+  ExpectCorruptSafetensorsExport(f, "'safetensors.header'");
+}
+
+TEST(ExportForgedSafetensors, AHeaderThatIsNotOne) {
+  SafetensorsForgery f;
+  f.header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";  // unclosed
+  ExpectCorruptSafetensorsExport(f, "(kept header): safetensors header: not valid JSON");
+}
+
+TEST(ExportForgedSafetensors, AStorageOfAnotherSize) {
+  SafetensorsForgery f;
+  f.storage_bytes = 12;
+  f.header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  ExpectCorruptSafetensorsExport(f, "that storage holds 12 bytes");
+}
+
+TEST(ExportForgedSafetensors, ATensorOfAnotherDtype) {
+  SafetensorsForgery f;
+  f.tensor_dtype = DType::kInt32;
+  ExpectCorruptSafetensorsExport(f, "its tensor is int32 [2]");
+}
+
+TEST(ExportForgedSafetensors, NoStorageWhereTheHeaderSays) {
+  SafetensorsForgery f;
+  f.storage_key = "first";
+  ExpectCorruptSafetensorsExport(f, "the container has no storage '0'");
+}
+
 }  // namespace
 }  // namespace zckpt::hardening
