@@ -59,7 +59,7 @@ def main():
     print(f"{pt}: {os.path.getsize(pt) / 2**20:.1f} MiB, {len(state)} tensors")
 
     step("convert (.pt -> .zckpt, no Python executed)")
-    run([args.zckpt, "convert", pt, "-o", zc])
+    run([args.zckpt, "convert", "--force", pt, "-o", zc])
     step("verify")
     run([args.zckpt, "verify", zc])
     step("ls")
@@ -67,7 +67,7 @@ def main():
     step("load into CPU tensors")
     run([args.zckpt, "load", zc, "--device", "cpu"])
     step("export back to .pt and compare with the original")
-    run([args.zckpt, "export", zc, "-o", back])
+    run([args.zckpt, "export", "--force", zc, "-o", back])
     original = torch.load(pt, weights_only=True)
     again = torch.load(back, weights_only=True)
     deep_equal(original, again)

@@ -24,7 +24,7 @@ while total < gib * 2**30:
 torch.save(sd, path)
 print(f"wrote {path}: {total / 2**30:.2f} GiB in {len(sd)} tensors")
 PYEOF
-"$ZCKPT" convert "$WORK/shard.pt" -o "$WORK/shard.zckpt" --quiet
+"$ZCKPT" convert "$WORK/shard.pt" -o "$WORK/shard.zckpt" --quiet --force
 "$ZCKPT" bench verify "$WORK/shard.zckpt" --repeat 3
 best=1e9
 for _ in 1 2 3; do

@@ -55,7 +55,7 @@ def main():
     nbytes = sum(v.numel() * v.element_size() for v in state.values())
     report["shard_bytes"] = nbytes
     t0 = time.perf_counter()
-    subprocess.run([args.zckpt, "convert", pt, "-o", zc, "--quiet"], check=True)
+    subprocess.run([args.zckpt, "convert", pt, "-o", zc, "--quiet", "--force"], check=True)
     report["convert_seconds"] = time.perf_counter() - t0
 
     # Case 1: the destination exists, the card is otherwise full but 1 GiB.

@@ -259,7 +259,7 @@ def run_rank(rank, world_size, strategy, workdir, steps, zckpt_bin):
     dist.barrier()
     if rank == 0:  # one converts the folder, as one would offline
         if zckpt_bin:
-            subprocess.run([zckpt_bin, "convert", actor_pt, "-o", actor_z, "--quiet"], check=True)
+            subprocess.run([zckpt_bin, "convert", actor_pt, "-o", actor_z, "--quiet", "--force"], check=True)
         else:
             os.makedirs(actor_z, exist_ok=True)
             for name in sorted(os.listdir(actor_pt)):
