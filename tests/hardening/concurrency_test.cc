@@ -96,7 +96,7 @@ Writers StartWriters(const TempDir& dir, const std::string& folder, const std::s
     const std::string tool = ZckptTool();
     for (auto [src, dst] : {std::pair{dir.File("other.pt"), folder + "/other.zckpt"},
                             std::pair{dir.File("rewrite.pt"), rewritten}}) {
-      std::string loop = "while [ ! -e " + ShellQuote(stop_file) + " ]; do " + ShellQuote(tool) + " convert --quiet --zstd 1 " +
+      std::string loop = "while [ ! -e " + ShellQuote(stop_file) + " ]; do " + ShellQuote(tool) + " convert --quiet --force --zstd 1 " +
                          ShellQuote(src) + " -o " + ShellQuote(dst) + " || exit 1; echo converted; done";
       w.pids.push_back(Spawn({"/bin/sh", "-c", loop}, dir.File("writer" + std::to_string(w.pids.size()) + ".log")));
     }
@@ -133,7 +133,7 @@ TEST(Concurrency, ManyReadersWhileOthersWriteTheSameFolder) {
     std::string out;
     ASSERT_EQ(RunPython("tests/hardening/make_pt.py", {dir.File("other.pt"), "6", "5"}, &out), 0) << out;
     ASSERT_EQ(RunPython("tests/hardening/make_pt.py", {dir.File("rewrite.pt"), "6", "6"}, &out), 0) << out;
-    ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet --zstd 1 " + ShellQuote(dir.File("rewrite.pt")) + " -o " + ShellQuote(rewritten), &out), 0) << out;
+    ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet --force --zstd 1 " + ShellQuote(dir.File("rewrite.pt")) + " -o " + ShellQuote(rewritten), &out), 0) << out;
   } else {
     WriteSampleContainer(rewritten, 2, 8, 1 << 20, 1);
   }

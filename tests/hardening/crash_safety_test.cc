@@ -93,10 +93,10 @@ TEST(CrashSafety, ConvertKilledAtRandomPointsLeavesNoPartialDestination) {
   // Calibration: a full conversion, its time and what it holds.
   auto t0 = std::chrono::steady_clock::now();
   std::string log;
-  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet " + ShellQuote(src) + " -o " + ShellQuote(dir.File("cal/model.zckpt")), &log), 0) << log;
+  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet --force " + ShellQuote(src) + " -o " + ShellQuote(dir.File("cal/model.zckpt")), &log), 0) << log;
   const double full_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t new_digest = DigestFile(dir.File("cal/model.zckpt"));
-  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet " + ShellQuote(old_src) + " -o " + ShellQuote(old_container), &log), 0) << log;
+  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet --force " + ShellQuote(old_src) + " -o " + ShellQuote(old_container), &log), 0) << log;
   const uint64_t old_checksum = FileChecksum(old_container);
   std::printf("full conversion of %.0f MB: %.2f s\n", KillTestMegabytes(), full_s);
 
@@ -111,7 +111,7 @@ TEST(CrashSafety, ConvertKilledAtRandomPointsLeavesNoPartialDestination) {
     // Delays spread over the whole conversion (startup, pickle, storages, index, commit).
     double frac = (i + std::uniform_real_distribution<double>(0.0, 1.0)(rng)) / 10.0;
     auto delay = std::chrono::microseconds(static_cast<int64_t>(frac * full_s * 1e6));
-    pid_t pid = Spawn({tool, "convert", "--quiet", src, "-o", dest});
+    pid_t pid = Spawn({tool, "convert", "--quiet", "--force", src, "-o", dest});
     std::this_thread::sleep_for(delay);
     ::kill(pid, SIGKILL);
     int status = Wait(pid);
@@ -143,7 +143,7 @@ TEST(CrashSafety, ConvertKilledAtRandomPointsLeavesNoPartialDestination) {
   }
 
   // A re-run over whatever was left succeeds, verifies, and removes the dead runs' temporaries.
-  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet " + ShellQuote(src) + " -o " + ShellQuote(dest), &log), 0) << log;
+  ASSERT_EQ(RunCommand(ShellQuote(tool) + " convert --quiet --force " + ShellQuote(src) + " -o " + ShellQuote(dest), &log), 0) << log;
   ExpectGoodContainer(dest, new_digest);
   ASSERT_EQ(RunCommand(ShellQuote(tool) + " verify --quiet " + ShellQuote(dest), &log), 0) << log;
   EXPECT_EQ(ListDir(out_dir), std::vector<std::string>{"model.zckpt"}) << "stale temporaries not cleaned up";
@@ -249,7 +249,7 @@ TEST(CrashSafety, FullDiskFailsCleanlyAndKeepsTheOldFile) {
   const std::string tool = ZckptTool();
   if (!tool.empty()) {
     std::string out;
-    int rc = RunCommand(ShellQuote(tool) + " convert --quiet " + ShellQuote(src) + " -o " + ShellQuote(dest), &out);
+    int rc = RunCommand(ShellQuote(tool) + " convert --quiet --force " + ShellQuote(src) + " -o " + ShellQuote(dest), &out);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find(std::strerror(ENOSPC)), std::string::npos) << out;
     EXPECT_EQ(ListDir(mnt), (std::vector<std::string>{"x.zckpt", "y.pt"}));
