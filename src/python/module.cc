@@ -63,7 +63,7 @@ py::dict Describe(const std::string& path) {
 // `extra` carrying a ShardedTensor shard's offsets/sizes/placement or a DTensor's placements and
 // mesh), read from the index alone.
 py::list TensorRecords(const std::string& path) {
-  auto c = Container::Open(path);
+  auto c = OpenContainer(path);
   py::list out;
   for (uint32_t i = 0; i < c->tensor_count(); ++i) {
     TensorInfo t = c->tensor(i);
