@@ -33,7 +33,12 @@ constexpr const char* kHelp =
     "cache: a sequential read of the file (what `cat FILE > /dev/null` does) and single-core\n"
     "XXH3 over the same bytes. Prints best-of-N seconds, GB/s and ratios.\n"
     "Load benchmarks (torch.load, safetensors, memcpy baselines): tools/bench/bench_load.py.\n"
-    "Convert benchmark (against cp): tools/bench/bench_convert.py.\n";
+    "Convert benchmark (against cp): tools/bench/bench_convert.py; safetensors convert and load\n"
+    "(against load_file): tools/bench/bench_safetensors.py.\n\n"
+    "Exit codes:\n"
+    "  0  measured\n"
+    "  1  the file is corrupt\n"
+    "  2  could not run: bad usage, a missing file, not a container, an I/O error\n";
 
 double BestOf(int repeat, const std::function<void()>& fn) {
   double best = 1e300;
