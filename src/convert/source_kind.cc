@@ -55,7 +55,10 @@ SourceKind ClassifyZip(const std::shared_ptr<const MappedFile>& file, bool named
 SourceKind DetectSource(const std::shared_ptr<const MappedFile>& file) {
   const std::string name = AsciiLower(BaseName(file->path()));
   if (EndsWith(name, ".distcp")) return SourceKind::kDcpShard;  // starts like a torch.save zip
-  if (name == ".metadata") return SourceKind::kDcpMetadata;
+  if (name == ".metadata") {  // DCP's only when .distcp shards sit beside it
+    std::string parent = std::filesystem::path(file->path()).parent_path().string();
+    if (IsDcpFolder(parent.empty() ? "." : parent)) return SourceKind::kDcpMetadata;
+  }
   std::span<const uint8_t> head(file->data(), std::min<size_t>(file->size(), pt::kPtFormatProbeBytes));
   if (StartsWith(head, format::kSuperblockMagic, sizeof format::kSuperblockMagic)) return SourceKind::kZckpt;
   if (StartsWith(head, kGgufMagic, sizeof kGgufMagic)) return SourceKind::kGguf;

@@ -138,6 +138,8 @@ def test_plain_files_that_look_odd_are_copied(zckpt, tmp_path):
     out = tmp_path / "out"
     zckpt.ok("convert", "--quiet", src, "-o", out)
     assert sorted(os.listdir(out)) == [".metadata", "assets.zip", "model.zckpt"]
+    run = zckpt("convert", src / ".metadata", "-o", tmp_path / "m.zckpt")
+    assert run.rc == 2 and "not a torch.save file" in run.err and "distributed" not in run.err, run.text
     zckpt.ok("convert", "--quiet", out, "-o", tmp_path / "again")  # a container in a folder: copied
     assert filecmp.cmp(out / "model.zckpt", tmp_path / "again" / "model.zckpt", shallow=False)
 

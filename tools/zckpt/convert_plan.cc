@@ -41,7 +41,6 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
     }
     SourceKind kind = convert::DetectSource(job.source);
     const std::string parent = entry.path().parent_path().string();
-    if (kind == SourceKind::kDcpMetadata && !convert::IsDcpFolder(parent)) kind = SourceKind::kUnknown;  // some other .metadata
     if (convert::IsConvertible(kind) || (IsCheckpointName(name) && kind == SourceKind::kUnknown)) {
       // A checkpoint's name on something else: the converter says what is wrong with it.
       job.action = FolderJob::Action::kConvert;
