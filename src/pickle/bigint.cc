@@ -26,19 +26,45 @@ std::vector<uint8_t> Magnitude(std::string_view le) {
   return mag;
 }
 
-bool IsZero(const std::vector<uint8_t>& mag) {
-  return std::all_of(mag.begin(), mag.end(), [](uint8_t b) { return b == 0; });
+// 64-bit limbs, least significant first: 19 decimal digits per multiply or divide step.
+using Limbs = std::vector<uint64_t>;
+constexpr uint64_t kTen19 = 10000000000000000000ull;
+
+Limbs ToLimbs(const std::vector<uint8_t>& mag) {
+  Limbs limbs((mag.size() + 7) / 8, 0);
+  for (size_t i = 0; i < mag.size(); ++i) limbs[i / 8] |= uint64_t{mag[i]} << (8 * (i % 8));
+  while (!limbs.empty() && limbs.back() == 0) limbs.pop_back();
+  return limbs;
 }
 
-// Divides the little-endian magnitude by 10 in place, returning the remainder.
-unsigned DivMod10(std::vector<uint8_t>& mag) {
-  unsigned rem = 0;
-  for (size_t i = mag.size(); i-- > 0;) {
-    unsigned cur = (rem << 8) | mag[i];
-    mag[i] = static_cast<uint8_t>(cur / 10);
-    rem = cur % 10;
+std::vector<uint8_t> FromLimbs(const Limbs& limbs) {
+  std::vector<uint8_t> mag(limbs.size() * 8);
+  for (size_t i = 0; i < mag.size(); ++i) mag[i] = static_cast<uint8_t>(limbs[i / 8] >> (8 * (i % 8)));
+  while (!mag.empty() && mag.back() == 0) mag.pop_back();
+  return mag;
+}
+
+// limbs = limbs * factor + add.
+void MulAdd(Limbs& limbs, uint64_t factor, uint64_t add) {
+  unsigned __int128 carry = add;
+  for (uint64_t& limb : limbs) {
+    unsigned __int128 v = static_cast<unsigned __int128>(limb) * factor + carry;
+    limb = static_cast<uint64_t>(v);
+    carry = v >> 64;
   }
-  return rem;
+  if (carry) limbs.push_back(static_cast<uint64_t>(carry));
+}
+
+// limbs /= divisor, returning the remainder; drops leading zero limbs.
+uint64_t DivMod(Limbs& limbs, uint64_t divisor) {
+  unsigned __int128 rem = 0;
+  for (size_t i = limbs.size(); i-- > 0;) {
+    unsigned __int128 cur = (rem << 64) | limbs[i];
+    limbs[i] = static_cast<uint64_t>(cur / divisor);
+    rem = cur % divisor;
+  }
+  while (!limbs.empty() && limbs.back() == 0) limbs.pop_back();
+  return static_cast<uint64_t>(rem);
 }
 
 }  // namespace
@@ -65,9 +91,12 @@ std::string BigIntToDecimal(std::string_view le) {
     std::string out(1, '<');
     return out.append(std::to_string(le.size())).append("-byte int>");
   }
-  std::vector<uint8_t> mag = Magnitude(le);
-  std::string digits;
-  while (!IsZero(mag)) digits.push_back(static_cast<char>('0' + DivMod10(mag)));
+  Limbs limbs = ToLimbs(Magnitude(le));
+  std::string digits;  // reversed
+  while (!limbs.empty()) {
+    uint64_t chunk = DivMod(limbs, kTen19);
+    for (int k = 0; k < 19 && (chunk || !limbs.empty()); ++k, chunk /= 10) digits.push_back(static_cast<char>('0' + chunk % 10));
+  }
   if (digits.empty()) digits.push_back('0');
   if (IsNegative(le)) digits.push_back('-');
   std::reverse(digits.begin(), digits.end());
@@ -81,17 +110,20 @@ std::optional<std::string> DecimalToBigInt(std::string_view text) {
     text.remove_prefix(1);
   }
   if (text.empty()) return std::nullopt;
-  std::vector<uint8_t> mag;  // little-endian magnitude
-  for (char c : text) {
+  for (char c : text)
     if (c < '0' || c > '9') return std::nullopt;
-    unsigned carry = static_cast<unsigned>(c - '0');
-    for (uint8_t& b : mag) {
-      unsigned v = b * 10u + carry;
-      b = static_cast<uint8_t>(v);
-      carry = v >> 8;
+  Limbs limbs;
+  // The first group takes the odd digits, every later one 19.
+  size_t group = text.size() % 19 ? text.size() % 19 : 19;
+  for (size_t at = 0; at < text.size(); at += group, group = 19) {
+    uint64_t value = 0, factor = 1;
+    for (char c : text.substr(at, group)) {
+      value = value * 10 + static_cast<uint64_t>(c - '0');
+      factor *= 10;
     }
-    if (carry) mag.push_back(static_cast<uint8_t>(carry));
+    MulAdd(limbs, factor, value);
   }
+  std::vector<uint8_t> mag = FromLimbs(limbs);
   while (!mag.empty() && mag.back() == 0) mag.pop_back();
   // Room for the sign bit.
   if (!mag.empty() && (mag.back() & 0x80)) mag.push_back(0);

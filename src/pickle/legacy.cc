@@ -85,7 +85,7 @@ bool IsLegacyTorchFile(std::span<const uint8_t> file) {
   }
 }
 
-LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options) {
+LegacyLayout ParseLegacyHeader(std::span<const uint8_t> file, const UnpickleOptions& options) {
   if (!IsLegacyTorchFile(file)) throw Error(ErrorKind::kNotContainer, "not a legacy torch file (no magic number)");
   LegacyLayout layout;
   uint64_t pos = 0;
@@ -110,7 +110,12 @@ LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& o
                               std::to_string(layout.object_pickle_offset) + ": " + e.what());
   }
   AlignModel(layout.model, keys);
+  return layout;
+}
 
+LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options) {
+  LegacyLayout layout = ParseLegacyHeader(file, options);
+  const uint64_t pos = layout.header_end;
   ByteReader data(file.subspan(pos));
   for (const TorchStorage& s : layout.model.storages) {
     LegacyStorage ls;

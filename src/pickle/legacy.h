@@ -48,7 +48,11 @@ bool IsLegacyTorchFile(std::span<const uint8_t> file);
 
 // Errors: kNotContainer without the magic, kUnsupported for another protocol version or a
 // big-endian writer, kCorrupt for anything malformed (messages give the file offset), kUnsafe
-// for a refused global.
+// for a refused global (every pickle of the file is read under `options`).
 LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options = {});
+
+// The five pickles only (what precedes the data section): `storages` stays empty and `data_end`
+// 0, `model.storages` is in key-list order. For a header kept apart from its data (export).
+LegacyLayout ParseLegacyHeader(std::span<const uint8_t> file, const UnpickleOptions& options = {});
 
 }  // namespace zckpt::pickle

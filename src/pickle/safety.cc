@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "pickle/allowlist.h"
+
 namespace zckpt::pickle {
 
 namespace {
@@ -37,6 +39,13 @@ constexpr Rule kDenied[] = {
   {"concurrent",         "concurrent.futures: runs callables"},
   {"asyncio",            "asyncio: subprocesses, callbacks"},
   {"webbrowser",         "webbrowser: launches programs"},
+  {"uuid",               "uuid: _get_command_stdout and the getnode helpers run programs"},
+  {"imaplib",            "imaplib: IMAP4_stream runs a shell command"},
+  {"_osx_support",       "_osx_support: _read_output runs shell commands"},
+  {"_aix_support",       "_aix_support: runs helper programs"},
+  {"pipes",              "pipes: builds and runs shell pipelines"},
+  {"_winapi",            "_winapi: CreateProcess"},
+  {"idlelib",            "idlelib: runs code and subprocesses"},
   // --- Evaluating code, importing, resolving names ----------------------------------------
   {"builtins",           "builtins: eval/exec/compile/getattr/__import__/open/... (data constructors are allowed below)"},
   {"runpy",              "runpy: runs modules and code"},
@@ -84,6 +93,15 @@ constexpr Rule kDenied[] = {
   {"joblib",             "joblib: unpickles files"},
   // --- Files and the network ---------------------------------------------------------------
   {"io",                 "io: opens files"},
+  {"logging",            "logging: handlers open files and sockets"},
+  {"zipfile",            "zipfile: opens and writes files"},
+  {"tarfile",            "tarfile: opens, writes and extracts files"},
+  {"gzip",               "gzip: opens files"},
+  {"bz2",                "bz2: opens files"},
+  {"lzma",               "lzma: opens files"},
+  {"sqlite3",            "sqlite3: opens database files"},
+  {"dbm",                "dbm: opens database files"},
+  {"socketserver",       "socketserver: listens on sockets"},
   {"_io",                "_io: opens files"},
   {"codecs.open",        "codecs.open: opens files"},
   {"shutil",             "shutil: copies, moves and deletes files"},
@@ -125,11 +143,23 @@ constexpr Rule kDenied[] = {
   {"torch.distributed.rpc", "torch.distributed.rpc: remote calls"},
   {"torch.utils.cpp_extension", "cpp_extension: compiles and loads native code"},
   {"torch.utils.collect_env",   "collect_env: runs programs"},
+  {"torch.utils.benchmark",     "torch.utils.benchmark: Timer compiles and runs statements (C++ ones through a compiler)"},
+  {"torch.utils.tensorboard",   "torch.utils.tensorboard: SummaryWriter creates files"},
+  {"torch.cuda.memory",         "torch.cuda.memory: _dump_snapshot writes files, _record_memory_history installs hooks"},
   {"torch.serialization",       "torch.serialization: load/save and friends (_get_layout allowed below)"},
   {"torch.storage._load_from_bytes", "_load_from_bytes: nested torch.load"},
   {"torch._utils._import_dotted_name", "_import_dotted_name: imports any module"},
   // --- numpy entry points that load pickles or compile code -------------------------------
   {"numpy.load",         "numpy.load: may unpickle"},
+  {"numpy.save",         "numpy.save: writes files"},
+  {"numpy.savez",        "numpy.savez: writes files"},
+  {"numpy.savez_compressed", "numpy.savez_compressed: writes files"},
+  {"numpy.savetxt",      "numpy.savetxt: writes text files"},
+  {"numpy.loadtxt",      "numpy.loadtxt: reads files"},
+  {"numpy.genfromtxt",   "numpy.genfromtxt: reads files"},
+  {"numpy.fromfile",     "numpy.fromfile: reads files"},
+  {"numpy.fromregex",    "numpy.fromregex: reads files"},
+  {"numpy.memmap",       "numpy.memmap: creates and maps files"},
   {"numpy.lib.npyio",    "numpy.lib.npyio: load/loadtxt may unpickle"},
   {"numpy.lib._npyio_impl", "numpy.lib._npyio_impl: load may unpickle"},
   {"numpy.lib.format",   "numpy.lib.format: read_array may unpickle"},
@@ -148,6 +178,7 @@ constexpr std::string_view kAllowed[] = {
   "builtins.Ellipsis", "builtins.NotImplemented",
   "types.SimpleNamespace",
   "torch.serialization._get_layout",
+  "uuid.UUID", "uuid.SafeUUID",
 };
 
 // Python 2 module names that Python 3's unpickler maps (Lib/_compat_pickle.py) onto a module
@@ -209,22 +240,22 @@ std::vector<std::string_view> SplitDots(std::string_view s) {
   return parts;
 }
 
-// The module and full path as Python 3 would resolve them.
-std::string CanonicalPath(std::string_view module, std::string_view name) {
+}  // namespace
+
+std::string CanonicalGlobalPath(std::string_view module, std::string_view name) {
   std::string path = std::string(module) + "." + std::string(name);
   for (const NameAlias& a : kNameAliases)
     if (path == a.from) return std::string(a.to);
   for (const Alias& a : kModuleAliases)
     if (module == a.from) return std::string(a.to) + "." + std::string(name);
+  if (module == "torch.tensor") return "torch._tensor." + std::string(name);  // torch.load's own rename
   return path;
 }
-
-}  // namespace
 
 std::optional<std::string_view> RefusalReason(std::string_view module, std::string_view name) {
   if (module.empty() || name.empty()) return "empty module or name";
   std::string written = std::string(module) + "." + std::string(name);
-  std::string canonical = CanonicalPath(module, name);
+  std::string canonical = CanonicalGlobalPath(module, name);
   for (const std::string& path : {written, canonical})
     if (auto why = DeniedPath(path)) return why;
   // A dotted name walks attributes after the import (protocol 4 qualified names): a walk
@@ -244,6 +275,19 @@ std::optional<std::string_view> RefusalReason(std::string_view module, std::stri
 
 bool IsCodeExecutionGlobal(std::string_view module, std::string_view name) {
   return RefusalReason(module, name).has_value();
+}
+
+GlobalVetter::GlobalVetter(GlobalPolicy policy, const std::vector<std::string>& allowed)
+    : policy_(policy), allowed_(allowed.begin(), allowed.end()) {}
+
+std::optional<std::string> GlobalVetter::Refusal(std::string_view module, std::string_view name) const {
+  if (auto why = RefusalReason(module, name)) return std::string(*why);
+  if (policy_ == GlobalPolicy::kDenyListOnly) return std::nullopt;
+  std::string written = std::string(module) + "." + std::string(name);
+  std::string canonical = CanonicalGlobalPath(module, name);
+  if (IsDataGlobal(canonical) || allowed_.count(written) || allowed_.count(canonical)) return std::nullopt;
+  return "not on zckpt's allowlist of data globals; if the file is trusted, allow it by name (--allow-global " +
+         written + ", or allow_globals=['" + written + "'] in Python)";
 }
 
 }  // namespace zckpt::pickle

@@ -192,10 +192,13 @@ class Walker {
     }
   }
 
+  // `base`, or `base~N` with the smallest N not taken yet. The next N to try is kept per base, so
+  // a tensor reached under many equal keys costs O(1) per name, not a search from ~1 each time.
   std::string UniqueName(const std::string& base) {
     if (names_.insert(base).second) return base;
-    for (size_t n = 1;; ++n) {
-      std::string candidate = base + "~" + std::to_string(n);
+    size_t& n = next_suffix_[base];
+    while (true) {
+      std::string candidate = base + "~" + std::to_string(++n);
       if (names_.insert(candidate).second) return candidate;
     }
   }
@@ -255,6 +258,7 @@ class Walker {
   bool internal_ = false;  // the frame being visited is under another tensor's metadata
   uint64_t record_bytes_ = 0;
   std::unordered_set<std::string> names_;
+  std::unordered_map<std::string, size_t> next_suffix_;  // base -> last N given as base~N
   std::unordered_map<std::string, size_t> opaque_index_;
 };
 

@@ -38,11 +38,14 @@ std::string PathTable::Segment(const Node& n) const {
   switch (n.key->kind) {
     case Kind::kString: return n.key->text;
     case Kind::kInt: return std::to_string(n.key->integer);
-    case Kind::kBytes:
-      if (n.key->text.size() <= kMaxBytesKey) return Latin1ToUtf8(n.key->text);
-      return std::string(1, '<').append(std::to_string(n.key->text.size())).append(" bytes>");
-    default: return Render(n.key, 4, 64);  // tuples, floats, None, big ints: bounded
+    default: break;
   }
+  auto [it, inserted] = rendered_keys_.try_emplace(n.key);
+  if (!inserted) return it->second;
+  if (n.key->kind != Kind::kBytes) it->second = Render(n.key, 4, 64);  // tuples, floats, None, big ints: bounded
+  else if (n.key->text.size() <= kMaxBytesKey) it->second = Latin1ToUtf8(n.key->text);
+  else it->second = std::string(1, '<').append(std::to_string(n.key->text.size())).append(" bytes>");
+  return it->second;
 }
 
 size_t PathTable::SegmentLength(const Node& n) const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pickle/value.h"
@@ -44,6 +45,9 @@ class PathTable {
   std::string Segment(const Node& n) const;
 
   std::vector<Node> nodes_;
+  // Rendered text of keys that are neither str nor int (tuples, big ints, bytes), once per key
+  // node: one shared key may sit on the path of many tensors.
+  mutable std::unordered_map<const Value*, std::string> rendered_keys_;
 };
 
 }  // namespace zckpt::pickle

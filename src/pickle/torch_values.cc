@@ -37,9 +37,11 @@ std::optional<std::string> AsShortText(const Value* v) {
 
 std::optional<std::vector<int64_t>> AsIntList(const Value* v) {
   if (const Value* g = ObjectGlobal(v); g && g->text == "torch" && g->name == "Size") {
+    // torch.Size((2, 3)): one level only (a torch.Size of a torch.Size, or of itself through
+    // the memo, is no shape torch writes, and must not recurse).
     const std::vector<Value*>* args = Sequence(v->args);
     if (!args || args->size() != 1) return std::nullopt;
-    return AsIntList((*args)[0]);
+    v = (*args)[0];
   }
   const std::vector<Value*>* items = Sequence(v);
   if (!items || items->size() > kMaxListInts) return std::nullopt;

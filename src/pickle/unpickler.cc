@@ -33,6 +33,7 @@ class Machine {
   Machine(std::span<const uint8_t> bytes, const UnpickleOptions& options)
       : in_(bytes),
         options_(options),
+        vetter_(options.globals, options.allow_globals),
         arena_(std::make_shared<ValueArena>()),
         bytes_budget_(std::min<uint64_t>(options.max_total_bytes, 2 * uint64_t{bytes.size()} + (1u << 20))),
         items_budget_(2 * uint64_t{bytes.size()} + (1u << 20)) {}
@@ -46,8 +47,10 @@ class Machine {
       Step(*code);
     }
     UnpickleResult result;
-    result.root = Pop();
-    CheckGetattrOnlyFolded(result.root);
+    Value* root = Pop();
+    CheckGetattrOnlyFolded(root);
+    CheckFinishedDepth(root);
+    result.root = root;
     result.end_offset = in_.pos();
     result.arena = std::move(arena_);
     result.globals = std::move(globals_);
@@ -123,7 +126,9 @@ class Machine {
     if (auto i = BigIntToInt64(le)) return NewInt(*i);
     return NewText(Kind::kBigInt, le);
   }
-  // `parent` now contains `child`: keep the nesting depth bounded as the tree is built.
+  // `parent` now contains `child`: keep the nesting depth bounded as the tree is built. Only a
+  // lower bound: a memo reference lets a pickle grow `child` after this (APPEND to a list adopted
+  // while empty), so CheckFinishedDepth measures the finished tree again.
   void Adopt(Value* parent, Value* child) {
     if (parent == child) return;  // a container holding itself adds no depth
     if (child->depth + 1 > parent->depth) parent->depth = child->depth + 1;
@@ -199,9 +204,13 @@ class Machine {
       getattr_globals_.insert(g);
       return g;
     }
-    if (IsCodeExecutionGlobal(module, name))
-      throw Error(ErrorKind::kUnsafe, "refused global '" + std::string(module) + "." + std::string(name) +
-                                          "' at pickle byte offset " + std::to_string(op_offset_));
+    if (auto why = vetter_.Refusal(module, name)) {
+      // Deny-listed globals keep the short message scripts match; the allowlist says how to allow.
+      std::string msg = "refused global '" + std::string(module) + "." + std::string(name) +
+                        "' at pickle byte offset " + std::to_string(op_offset_);
+      if (!IsCodeExecutionGlobal(module, name)) msg += ": " + *why;
+      throw Error(ErrorKind::kUnsafe, msg);
+    }
     std::string key = std::string(module) + '\n' + std::string(name);
     if (seen_globals_.insert(key).second)
       globals_.push_back({std::string(module), std::string(name), op_offset_});
@@ -258,6 +267,68 @@ class Machine {
     }
   }
 
+  // The children of a node in the order every tree walk takes them: items, dict keys and values,
+  // then an object's callable, args, kwargs, state, and a persistent id's pid (nulls included).
+  static size_t ChildCount(const Value* v) { return v->items.size() + 2 * v->entries.size() + 5; }
+  static Value* Child(const Value* v, size_t i) {
+    if (i < v->items.size()) return v->items[i];
+    i -= v->items.size();
+    if (i < 2 * v->entries.size()) return i % 2 ? v->entries[i / 2].second : v->entries[i / 2].first;
+    switch (i - 2 * v->entries.size()) {
+      case 0: return v->callable;
+      case 1: return v->args;
+      case 2: return v->kwargs;
+      case 3: return v->state;
+      default: return v->pid;
+    }
+  }
+
+  // Measures the finished tree: every node's `depth` becomes its height (the longest chain below
+  // it, itself included; the back edge of a cycle ends a chain), found by one iterative
+  // depth-first pass, O(nodes + edges). Refuses a tree higher than max_depth, which is what a
+  // pickle reaches by nesting through memo references after the fact (a list adopted while
+  // empty and filled later, a dict key, an object's args) and what would overflow the stack
+  // of any recursive walk above this layer.
+  void CheckFinishedDepth(Value* root) {
+    constexpr uint32_t kUnseen = 0, kOnPath = UINT32_MAX;
+    for (Value& v : arena_->nodes()) v.depth = kUnseen;
+    struct Frame {
+      Value* node;
+      size_t next;
+      uint32_t height;
+    };
+    std::vector<Frame> path;
+    auto too_deep = [&](const Value* v) {
+      op_offset_ = v->offset;
+      Fail("nesting deeper than " + std::to_string(options_.max_depth) +
+           " (max_depth), counted on the finished tree (memo references included)");
+    };
+    auto enter = [&](Value* v) {
+      if (path.size() + 1 > options_.max_depth) too_deep(v);
+      v->depth = kOnPath;
+      path.push_back({v, 0, 1});
+    };
+    enter(root);
+    while (!path.empty()) {
+      Frame& f = path.back();
+      if (f.next == ChildCount(f.node)) {
+        const uint32_t height = f.height;
+        if (height > options_.max_depth) too_deep(f.node);
+        f.node->depth = height;
+        path.pop_back();
+        if (!path.empty()) path.back().height = std::max(path.back().height, height + 1);
+        continue;
+      }
+      Value* child = Child(f.node, f.next++);
+      if (!child || child->depth == kOnPath) continue;  // nothing there, or a cycle closing
+      if (child->depth != kUnseen) {
+        f.height = std::max(f.height, child->depth + 1);
+        continue;
+      }
+      enter(child);
+    }
+  }
+
   void Reduce() {
     Value* args = Pop();
     Value* callable = Pop();
@@ -309,6 +380,14 @@ class Machine {
     }
   }
 
+  // Python's int() refuses decimal text beyond int_max_str_digits (4300 by default), so its
+  // unpickler refuses such a literal too; the bound also keeps the conversion cheap.
+  void CheckDecimalDigits(std::string_view s, const char* opname) {
+    if (s.size() > kMaxDecimalDigits + 1)  // + 1: a sign
+      Fail(std::string(opname) + " literal of " + std::to_string(s.size()) + " characters: more than " +
+           std::to_string(kMaxDecimalDigits) + " digits (Python's int_max_str_digits refuses it as well)");
+  }
+
   // ---- strings -----------------------------------------------------------------------------
   Value* NewUnicode(std::string_view utf8, const char* opname) {
     if (!IsValidUtf8(utf8)) Fail(std::string(opname) + " payload is not valid UTF-8");
@@ -332,6 +411,7 @@ class Machine {
 
   ByteReader in_;
   const UnpickleOptions& options_;
+  const GlobalVetter vetter_;
   std::shared_ptr<ValueArena> arena_;
   std::vector<Value*> stack_;
   std::vector<size_t> marks_;
@@ -354,6 +434,7 @@ void Machine::StepText(uint8_t code) {
       if (s == "00") return Push(NewBool(false));
       if (s == "01") return Push(NewBool(true));
       if (auto i = ParseDecimalInt64(s)) return Push(NewInt(*i));
+      CheckDecimalDigits(s, "INT");
       auto big = DecimalToBigInt(s);
       if (!big) Fail("invalid INT literal");
       return Push(NewLong(*big));
@@ -361,6 +442,7 @@ void Machine::StepText(uint8_t code) {
     case op::kLong: {
       std::string_view s = Line("LONG");
       if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
+      CheckDecimalDigits(s, "LONG");
       auto big = DecimalToBigInt(s);
       if (!big) Fail("invalid LONG literal");
       return Push(NewLong(*big));

@@ -42,7 +42,10 @@ struct Value {
   bool boolean = false;    // kBool
   bool bytearray = false;  // kBytes: came from a bytearray
   ObjectHow how = ObjectHow::kReduce;
-  uint32_t depth = 1;      // containers below this one as built, plus one (limit check only)
+  // Height: the longest chain of nodes from this one down, itself included (a leaf is 1; the back
+  // edge of a cycle ends a chain). A lower bound while the pickle is read, exact once Unpickle
+  // returns; never more than UnpickleOptions::max_depth.
+  uint32_t depth = 1;
   uint64_t offset = 0;     // pickle byte offset of the opcode that created the node
   int64_t integer = 0;     // kInt
   double real = 0;         // kFloat
@@ -69,6 +72,7 @@ class ValueArena {
   size_t size() const { return nodes_.size(); }
   // Every node in creation order, i.e. in the order the pickle built them.
   const std::deque<Value>& nodes() const { return nodes_; }
+  std::deque<Value>& nodes() { return nodes_; }
 
  private:
   std::deque<Value> nodes_;

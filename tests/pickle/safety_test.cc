@@ -101,8 +101,10 @@ TEST(DenyList, RefusedThroughGlobalStackGlobalAndInst) {
 }
 
 TEST(DenyList, AllowedGlobalsBecomeOpaqueNodes) {
+  UnpickleOptions describe;
+  describe.globals = GlobalPolicy::kDenyListOnly;
   for (const auto& [module, name] : kAllowed) {
-    UnpickleResult r = Unpickle(PickleBuilder().Proto(4).StackGlobal(module, name).Stop().bytes());
+    UnpickleResult r = Unpickle(PickleBuilder().Proto(4).StackGlobal(module, name).Stop().bytes(), describe);
     ASSERT_EQ(r.root->kind, Kind::kGlobal);
     EXPECT_EQ(r.root->text, module);
     EXPECT_EQ(r.root->name, name);

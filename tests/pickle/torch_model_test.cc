@@ -27,9 +27,13 @@ struct Loaded {
   TorchPickle model;
 };
 
+// Under the allowlist, with the two classes the fixture script defines itself allowed by name
+// (a user class, and ShardedTensor's nested class moved to module level).
 Loaded Load(const std::string& dir, const std::string& name) {
+  UnpickleOptions options;
+  options.allow_globals = {"__main__.Custom", "torch.distributed._shard.sharded_tensor.api.ProcessGroupState"};
   Loaded l;
-  l.pickle = Unpickle(testing::ReadBytes(dir + "/" + name + ".pkl"));
+  l.pickle = Unpickle(testing::ReadBytes(dir + "/" + name + ".pkl"), options);
   l.model = InterpretTorchPickle(l.pickle);
   return l;
 }
@@ -283,8 +287,10 @@ TEST_F(TorchFiles, ShardedTensorAsTorchWritesItIsRead) {
 // getattr is read in that one form only: on a refused global, a non-identifier, a dunder, a
 // non-global, or getattr itself kept as a value, it is refused at its own offset.
 TEST(GetattrForm, OnlyClassAndPublicNameIsRead) {
-  auto unpickle = [](const std::string& text) {
-    return Unpickle(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  UnpickleOptions describe;  // OrderedDict.Inner is no data global: judged by the deny list only
+  describe.globals = GlobalPolicy::kDenyListOnly;
+  auto unpickle = [&](const std::string& text) {
+    return Unpickle(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()), describe);
   };
   UnpickleResult ok = unpickle("c__builtin__\ngetattr\n(ccollections\nOrderedDict\nS'Inner'\ntR.");
   ASSERT_EQ(ok.root->kind, Kind::kGlobal);
@@ -384,7 +390,12 @@ TEST(TorchModel, ConflictingStorageClaimsAreCorrupt) {
   PickleBuilder unknown;
   unknown.Proto(2);
   Storage(unknown, "MysteryStorage", "0", 1).Stop();
-  EXPECT_EQ(testing::CatchError([&] { InterpretTorchPickle(Unpickle(unknown.bytes())); }).kind(),
+  // Off the allowlist (kUnsafe); read by a describing reader, a storage class this build does
+  // not know (kUnsupported).
+  EXPECT_EQ(testing::CatchError([&] { InterpretTorchPickle(Unpickle(unknown.bytes())); }).kind(), ErrorKind::kUnsafe);
+  UnpickleOptions describe;
+  describe.globals = GlobalPolicy::kDenyListOnly;
+  EXPECT_EQ(testing::CatchError([&] { InterpretTorchPickle(Unpickle(unknown.bytes(), describe)); }).kind(),
             ErrorKind::kUnsupported);
 }
 

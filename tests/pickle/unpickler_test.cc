@@ -149,20 +149,23 @@ TEST(Unpickler, CallsBecomeObjectsWithLaterState) {
   EXPECT_EQ(r.root->entries.size(), 2u);
   EXPECT_EQ(Render(r.root), "OrderedDict({'w': 1, 'b': 2}).__setstate__({'_metadata': {}})");
 
+  // A class off the allowlist (mod.Cls), allowed by name as --allow-global does.
+  UnpickleOptions allow_cls;
+  allow_cls.allow_globals = {"mod.Cls"};
   // NEWOBJ_EX with kwargs, then APPENDS (a list subclass).
   auto n = PickleBuilder().Proto(4).StackGlobal("mod", "Cls").Int1(1).Op(0x85).Op('}').ShortUnicode("k")
                .Int1(2).Op('s').Op(0x92).Mark().Int1(7).Int1(8).Op('e').Stop();
-  UnpickleResult o = Unpickle(n.bytes());
+  UnpickleResult o = Unpickle(n.bytes(), allow_cls);
   EXPECT_EQ(o.root->how, ObjectHow::kNewObjEx);
   EXPECT_EQ(Render(o.root), "mod.Cls(1, **{'k': 2}).extend([7, 8])");
 
   // Protocol 0 INST and protocol 1 OBJ.
   auto inst = PickleBuilder().Mark().Op('I').Raw("3\n").Inst("mod", "Cls").Stop();
-  UnpickleResult i = Unpickle(inst.bytes());
+  UnpickleResult i = Unpickle(inst.bytes(), allow_cls);
   EXPECT_EQ(i.root->how, ObjectHow::kInst);
   EXPECT_EQ(Render(i.root), "mod.Cls(3)");
   auto obj = PickleBuilder().Mark().Global("mod", "Cls").Int1(4).Int1(5).Op('o').Stop();
-  UnpickleResult ob = Unpickle(obj.bytes());
+  UnpickleResult ob = Unpickle(obj.bytes(), allow_cls);
   EXPECT_EQ(ob.root->how, ObjectHow::kObj);
   EXPECT_EQ(Render(ob.root), "mod.Cls(4, 5)");
 }
