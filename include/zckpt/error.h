@@ -15,7 +15,7 @@ enum class ErrorKind {
   kNotContainer, // not a .zckpt / not a .pt at all (wrong magic, too short to hold one)
   kCorrupt,      // structurally invalid or failed a checksum: the file is damaged or forged
   kUnsupported,  // valid but uses a version/feature this build does not implement
-  kUnsafe,       // a pickle names a global that could run code; refused
+  kUnsafe,       // a pickle names a global that could run code, or one not known to be data; refused
   kInvalidArgument,  // caller error (bad option, shape mismatch in load_into, ...)
   kCancelled,    // stopped on request
 };

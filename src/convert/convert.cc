@@ -9,6 +9,7 @@
 
 #include "common/mapped_file.h"
 #include "convert/file_names.h"
+#include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "convert/source_records.h"
 #include "pickle/legacy.h"
@@ -63,7 +64,7 @@ class Converter {
   void ConvertZip(const std::shared_ptr<const MappedFile>& file) {
     stats_.source_format = "zip";
     pt::TorchArchive archive(file);
-    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record(convert::kObjectPickleBlob));
+    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record(convert::kObjectPickleBlob), PickleOptions());
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     BeginProgress(model.storages);
 
@@ -93,7 +94,7 @@ class Converter {
   void ConvertLegacy(const MappedFile& file) {
     stats_.source_format = "legacy";
     std::span<const uint8_t> bytes(file.data(), file.size());
-    pickle::LegacyLayout layout = pickle::ParseLegacy(bytes);
+    pickle::LegacyLayout layout = pickle::ParseLegacy(bytes, PickleOptions());
     BeginProgress(layout.model.storages);
     // Data-section order, so export rebuilds the file byte for byte.
     for (const pickle::LegacyStorage& s : layout.storages) {
@@ -144,6 +145,13 @@ class Converter {
       writer_.SetMetadata(std::string(convert::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));
   }
 
+  // The allowlist plus what the caller allows: the pickle is kept for zckpt.load and export.
+  pickle::UnpickleOptions PickleOptions() const {
+    pickle::UnpickleOptions o;
+    o.allow_globals = options_.allow_globals;
+    return o;
+  }
+
   void BeginProgress(const std::vector<pickle::TorchStorage>& storages) {
     for (const auto& s : storages) total_ += s.nbytes;
     Report();
@@ -180,11 +188,7 @@ class Converter {
       nt.shape = t.shape;
       nt.stride = t.stride;
       nt.storage_offset = static_cast<uint64_t>(t.storage_offset);
-      nt.flags = (t.requires_grad ? format::kTensorRequiresGrad : 0) | (t.is_parameter ? format::kTensorParameter : 0) |
-                 (t.conj ? format::kTensorConj : 0) | (t.neg ? format::kTensorNeg : 0) |
-                 (t.dtensor_local ? format::kTensorDTensorLocal : 0) |
-                 (t.sharded_local ? format::kTensorShardedLocal : 0) | (t.quantized ? format::kTensorQuantized : 0) |
-                 (t.internal ? format::kTensorInternal : 0);
+      nt.flags = convert::IndexFlags(t);
       nt.extra = t.extra;
       writer_.AddTensor(nt);
       stats_.tensors++;

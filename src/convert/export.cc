@@ -1,15 +1,19 @@
 // zckpt export: container -> `.pt` (export_safetensors.cc: -> `.safetensors`).
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
+#include "convert/export_safetensors.h"
+#include "convert/object_pickle.h"
 #include "convert/source_records.h"
 #include "convert/storage_stream.h"
-#include "convert/export_safetensors.h"
+#include "pickle/legacy.h"
 #include "pt/zip_writer.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
@@ -22,47 +26,106 @@ namespace {
 using convert::CheckedBlob;
 using convert::StreamStorage;
 
-void ExportZip(const Container& c, const std::string& destination) {
-  auto prefix = c.FindMetadata(convert::kKeyPrefix);
-  auto records = c.FindMetadata(convert::kKeyRecords);
-  if (!records) {
-    // A container not made by `zckpt convert`: the object pickle plus its storages.
-    if (!c.FindBlob(convert::kObjectPickleBlob))
-      throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to export");
+// A name that unpacks inside the folder it is unpacked into: relative, '/'-separated, no empty,
+// `.` or `..` component, no backslash (a separator to some unzip tools) or NUL. Record names and
+// the prefix come from the container's metadata, which a forger writes. (Other bytes, a newline
+// included, are legal in a zip name and torch reads them.)
+bool SafeArchivePath(std::string_view name) {
+  if (name.empty() || name.front() == '/') return false;
+  for (char ch : name)
+    if (ch == '\0' || ch == '\\') return false;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string_view::npos) end = name.size();
+    std::string_view part = name.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
   }
+  return true;
+}
+
+[[noreturn]] void Refuse(const Container& c, const std::string& what) {
+  throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + what);
+}
+
+// The small records torch.save writes besides data.pkl and the storages, for a container that
+// does not list its source's records.
+const std::vector<std::pair<std::string, std::string>>& TorchSaveRecords() {
+  static const std::vector<std::pair<std::string, std::string>> records = {
+      {".format_version", "1"}, {".storage_alignment", "64"}, {"byteorder", "little"}, {"version", "3\n"}};
+  return records;
+}
+
+void ExportZip(const Container& c, const std::string& destination, const ExportOptions& options) {
+  auto prefix_meta = c.FindMetadata(convert::kKeyPrefix);
+  auto records = c.FindMetadata(convert::kKeyRecords);
+  const std::string named_by = "metadata '" + std::string(convert::kKeyRecords) + "'";
+  if (!records && !c.FindBlob(convert::kObjectPickleBlob))
+    throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to export");
+  const std::string prefix = prefix_meta ? std::string(*prefix_meta) : std::string("archive");
+  if (!SafeArchivePath(prefix) || prefix.find('/') != std::string::npos)
+    Refuse(c, "metadata '" + std::string(convert::kKeyPrefix) + "' names the archive folder '" + prefix +
+                  "', which is no plain folder name (absolute, '..', '.', a '/', a backslash or a NUL)");
+
+  // What to write, in order: a record streamed from a storage, a blob, or (for a container that
+  // does not list its source's records) the small records torch.save writes.
   std::vector<std::string> names;
-  // Records written as they are, not from the container: what torch.save adds around the pickle
-  // and the storages, for containers that kept no archive of their own (torch.load needs
-  // `version`).
-  std::map<std::string, std::string> literal;
+  std::map<std::string, std::string> synthesized;
   if (records) {
     names = convert::SplitRecords(*records);
   } else {
-    literal = {{".format_version", "1"}, {".storage_alignment", "64"}, {"byteorder", "little"}, {"version", "3\n"}};
-    names = {std::string(convert::kObjectPickleBlob), ".format_version", ".storage_alignment", "byteorder"};
+    names.emplace_back(convert::kObjectPickleBlob);
+    for (size_t i = 0; i + 1 < TorchSaveRecords().size(); ++i) {
+      names.push_back(TorchSaveRecords()[i].first);
+      synthesized.insert(TorchSaveRecords()[i]);
+    }
     for (uint32_t s = 0; s < c.storage_count(); ++s)
       names.push_back(std::string(convert::kStorageRecordPrefix) + std::string(c.storage(s).key));
-    names.emplace_back("version");
+    names.push_back(TorchSaveRecords().back().first);
+    synthesized.insert(TorchSaveRecords().back());
   }
-  // Storage records (`data/<key>` of a storage) are streamed from the storage, the rest are
-  // blobs. Every name is resolved before anything is written: a container whose record list
-  // names something it does not hold fails at once, not after gigabytes.
-  const std::string named_by = "metadata '" + std::string(convert::kKeyRecords) + "'";
+  // Every name is resolved and judged before anything is written: a container whose record list
+  // names something it does not hold, or a record torch.load would mistake, fails at once, not
+  // after gigabytes.
   std::vector<std::optional<uint32_t>> storage_of(names.size());
+  bool has_pickle = false, has_version = false;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
+    if (!SafeArchivePath(name))
+      Refuse(c, named_by + " names the record '" + name +
+                    "', which is no plain relative path (absolute, '..', '.', an empty part, a backslash or a NUL)");
+    if (name == "constants.pkl")
+      Refuse(c, named_by + " names 'constants.pkl', which would make torch.load read the archive as TorchScript (torch.jit.load)");
+    has_pickle = has_pickle || name == convert::kObjectPickleBlob;
+    has_version = has_version || name == "version" || name == ".data/version";
+    if (synthesized.count(name)) continue;
     if (name.rfind(convert::kStorageRecordPrefix, 0) == 0)
       storage_of[i] = c.FindStorage(std::string_view(name).substr(convert::kStorageRecordPrefix.size()));
-    if (!storage_of[i] && !literal.count(name) && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
+    if (!storage_of[i] && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
   }
-  pt::TorchZipWriter zip(destination, prefix ? std::string(*prefix) : std::string("archive"));
+  if (!has_pickle) Refuse(c, named_by + " lacks 'data.pkl', without which torch.load refuses the archive");
+  if (!has_version) Refuse(c, named_by + " lacks 'version', without which torch.load refuses the archive");
+
+  // What torch.load will unpickle: vetted, and held against the index.
+  convert::PickleReadOptions read;
+  read.allow_globals = options.allow_globals;
+  auto pickle = convert::ReadObjectPickle(c, read);
+  std::set<std::string> exported(names.begin(), names.end());
+  for (const pickle::TorchStorage& s : pickle->model.storages)
+    if (!exported.count(std::string(convert::kStorageRecordPrefix) + s.key))
+      Refuse(c, named_by + " lacks 'data/" + s.key + "', a storage the object pickle names");
+
+  pt::TorchZipWriter zip(destination, prefix);
   for (size_t i = 0; i < names.size(); ++i) {
     if (storage_of[i]) {
       zip.BeginRecord(names[i], c.storage(*storage_of[i]).raw_bytes);
       StreamStorage(c, *storage_of[i], [&](std::span<const uint8_t> piece) { zip.Append(piece); });
       zip.EndRecord();
-    } else if (auto it = literal.find(names[i]); it != literal.end()) {
+    } else if (auto it = synthesized.find(names[i]); it != synthesized.end()) {
       zip.WriteRecord(names[i], std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size()));
+    } else if (names[i] == convert::kObjectPickleBlob) {
+      zip.WriteRecord(names[i], pickle->bytes);  // the bytes vetted above, not a second read
     } else {
       zip.WriteRecord(names[i], CheckedBlob(c, names[i], named_by));
     }
@@ -70,9 +133,43 @@ void ExportZip(const Container& c, const std::string& destination) {
   zip.Commit();
 }
 
-void ExportLegacy(const Container& c, const std::string& destination) {
+// The legacy header is five pickles torch.load unpickles one after the other: each is vetted as
+// the object pickle is, the object pickle in it must be the container's data.pkl (checked
+// against the index), and its key list must match the storages export writes after it, in
+// order and size.
+void VetLegacyHeader(const Container& c, std::span<const uint8_t> header, const ExportOptions& options) {
+  convert::PickleReadOptions read;
+  read.allow_globals = options.allow_globals;
+  auto pickle = convert::ReadObjectPickle(c, read);
+  if (!pickle) (void)CheckedBlob(c, convert::kObjectPickleBlob, "metadata '" + std::string(convert::kKeyFormat) + "' = legacy");
+  pickle::LegacyLayout layout;
+  try {
+    layout = pickle::ParseLegacyHeader(header, read.Unpickle());
+  } catch (const Error& e) {
+    throw Error(e.kind(), c.path() + ": blob '" + std::string(convert::kLegacyHeaderBlob) + "': " + e.what());
+  }
+  const std::string blob = "blob '" + std::string(convert::kLegacyHeaderBlob) + "'";
+  if (layout.header_end != header.size())
+    Refuse(c, blob + " holds " + std::to_string(header.size() - layout.header_end) + " bytes after its five pickles");
+  std::span<const uint8_t> object = header.subspan(layout.object_pickle_offset, layout.object_pickle_size);
+  if (!std::equal(object.begin(), object.end(), pickle->bytes.begin(), pickle->bytes.end()))
+    Refuse(c, blob + " holds another object pickle than blob '" + std::string(convert::kObjectPickleBlob) + "'");
+  if (layout.model.storages.size() != c.storage_count())
+    Refuse(c, blob + " lists " + std::to_string(layout.model.storages.size()) + " storages, the index " +
+                  std::to_string(c.storage_count()));
+  for (uint32_t s = 0; s < c.storage_count(); ++s) {
+    const pickle::TorchStorage& listed = layout.model.storages[s];
+    StorageInfo info = c.storage(s);
+    if (listed.key != info.key || listed.nbytes != info.raw_bytes)
+      Refuse(c, blob + " lists storage '" + listed.key + "' (" + std::to_string(listed.nbytes) + " bytes) where the index has '" +
+                    std::string(info.key) + "' (" + std::to_string(info.raw_bytes) + " bytes)");
+  }
+}
+
+void ExportLegacy(const Container& c, const std::string& destination, const ExportOptions& options) {
   const std::string legacy = "metadata '" + std::string(convert::kKeyFormat) + "' = legacy";
   auto header = CheckedBlob(c, convert::kLegacyHeaderBlob, legacy);
+  VetLegacyHeader(c, header, options);
   AtomicFile out(destination);
   out.Write(header.data(), header.size());
   for (uint32_t s = 0; s < c.storage_count(); ++s) {
@@ -93,12 +190,12 @@ void ExportLegacy(const Container& c, const std::string& destination) {
 
 }  // namespace
 
-void ExportFile(const std::string& source, const std::string& destination, ExportFormat format) {
+void ExportFile(const std::string& source, const std::string& destination, const ExportOptions& options) {
   auto c = Container::Open(source);
-  if (format == ExportFormat::kSafetensors) return convert::ExportSafetensors(*c, destination);
+  if (options.format == ExportFormat::kSafetensors) return convert::ExportSafetensors(*c, destination, options.allow_globals);
   auto fmt = c->FindMetadata(convert::kKeyFormat);
-  if (fmt && *fmt == "legacy") ExportLegacy(*c, destination);
-  else ExportZip(*c, destination);
+  if (fmt && *fmt == "legacy") ExportLegacy(*c, destination, options);
+  else ExportZip(*c, destination, options);
 }
 
 }  // namespace zckpt

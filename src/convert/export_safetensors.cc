@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/atomic_file.h"
+#include "convert/object_pickle.h"
 #include "convert/source_records.h"
 #include "convert/storage_stream.h"
 #include "pickle/torch_model.h"
@@ -93,11 +94,10 @@ void ExportKeptHeader(const Container& c, const std::string& destination) {
 }
 
 // A container from a torch.save file: its object must be a dict of tensors.
-void ExportFromObject(const Container& c, const std::string& destination) {
-  auto pkl = c.FindBlob(kObjectPickleBlob);
+void ExportFromObject(const Container& c, const std::string& destination, const std::optional<ObjectPickle>& pkl) {
   if (!pkl) Refuse(c, "it holds no object pickle (data.pkl) saying which tensors make up its state");
-  pickle::UnpickleResult tree = pickle::Unpickle(c.CheckedBlobBytes(*pkl));
-  pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
+  const pickle::UnpickleResult& tree = pkl->tree;
+  const pickle::TorchPickle& model = pkl->model;
   const pickle::Value* root = tree.root;
   bool is_dict = root && (root->kind == pickle::Kind::kDict ||
                           (root->kind == pickle::Kind::kObject && pickle::IsGlobal(pickle::ObjectGlobal(root), "collections", "OrderedDict")));
@@ -158,10 +158,15 @@ void ExportFromObject(const Container& c, const std::string& destination) {
 
 }  // namespace
 
-void ExportSafetensors(const Container& c, const std::string& destination) {
+void ExportSafetensors(const Container& c, const std::string& destination, const std::vector<std::string>& allow_globals) {
+  // Vetted and held against the index whichever way the file is written: one container, one
+  // answer (zckpt.load reads the pickle, this exporter the index).
+  PickleReadOptions read;
+  read.allow_globals = allow_globals;
+  std::optional<ObjectPickle> pkl = ReadObjectPickle(c, read);
   auto fmt = c.FindMetadata(kKeyFormat);
   if (fmt && *fmt == "safetensors") ExportKeptHeader(c, destination);
-  else ExportFromObject(c, destination);
+  else ExportFromObject(c, destination, pkl);
 }
 
 }  // namespace zckpt::convert

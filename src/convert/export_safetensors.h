@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "zckpt/container.h"
 
@@ -14,7 +15,10 @@ namespace zckpt::convert {
 // sharing memory) of dtypes safetensors has. It is then laid out exactly as safetensors'
 // writer lays out that dict (save_file without metadata), so the file is byte-identical to
 // `safetensors.torch.save_file(torch.load(the .pt))`. Anything else: Error(kUnsupported)
-// naming the first entry that cannot go; a container contradicting itself: kCorrupt.
-void ExportSafetensors(const Container& c, const std::string& destination);
+// naming the first entry that cannot go; a container contradicting itself: kCorrupt. Either way
+// the object pickle is first read under the allowlist plus `allow_globals` and checked against
+// the index (convert/object_pickle.h): kUnsafe / kCorrupt.
+void ExportSafetensors(const Container& c, const std::string& destination,
+                       const std::vector<std::string>& allow_globals = {});
 
 }  // namespace zckpt::convert

@@ -93,11 +93,12 @@ TEST(ExportForged, LegacyWithoutItsHeaderIsCorrupt) {
 }
 
 TEST(ExportForged, CompleteForgeryStillExports) {
-  // The same shapes with nothing missing export (the checks refuse only what is missing).
+  // The same shapes with nothing missing export (the checks refuse only what is missing, unsafe
+  // or inconsistent): a pickle that names no storage, so no storage either, and `version`.
   TempDir dir;
   const std::string src = dir.File("ok.zckpt"), dest = dir.File("ok.pt");
-  Write(src, {{"data.pkl", "data/0", "extra/notes.txt"}, {{"zckpt.source.format", "zip"}},
-              {"data.pkl", "extra/notes.txt"}});
+  Write(src, {{"data.pkl", "extra/notes.txt", "version"}, {{"zckpt.source.format", "zip"}},
+              {"data.pkl", "extra/notes.txt", "version"}, /*storage=*/false});
   ExportFile(src, dest);
   EXPECT_TRUE(testing::FileExists(dest));
 }

@@ -68,6 +68,7 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
         value = argv[++i];
       }
       values_[name] = value;
+      all_values_[name].push_back(value);
     } else {
       error_ = "unknown option " + a;
       return;
@@ -81,6 +82,11 @@ std::optional<std::string> Args::Get(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::GetAll(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::optional<uint64_t> Args::GetSize(const std::string& name) {

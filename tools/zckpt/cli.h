@@ -29,7 +29,9 @@ class Args {
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
   bool Has(const std::string& name) const;
-  std::optional<std::string> Get(const std::string& name) const;
+  std::optional<std::string> Get(const std::string& name) const;  // the last one given
+  // Every value of an option that may repeat (--allow-global A --allow-global B), in order.
+  std::vector<std::string> GetAll(const std::string& name) const;
   // Parses an integer option with optional K/M/G suffix (binary); sets error() on failure.
   std::optional<uint64_t> GetSize(const std::string& name);
   std::optional<int64_t> GetInt(const std::string& name);
@@ -37,6 +39,7 @@ class Args {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::vector<std::string> positional_;
   std::string error_;
 };
@@ -47,5 +50,13 @@ bool SameFile(const std::string& a, const std::string& b);
 
 // Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
 int UsageError(const std::string& command, const std::string& message);
+
+// Help text of --allow-global, shared by convert, export and load.
+inline constexpr const char* kAllowGlobalHelp =
+    "  --allow-global MOD.NAME  let the pickle name this global besides zckpt's allowlist of\n"
+    "                         data globals (torch's tensors, storages and dtypes, collections,\n"
+    "                         numpy arrays, DTensor/ShardedTensor metadata, ...): a class of your\n"
+    "                         own, in a file you trust. Repeat for several. Globals that could run\n"
+    "                         code (os.system, eval, ...) stay refused.\n";
 
 }  // namespace zckpt::cli

@@ -31,8 +31,9 @@ constexpr const char* kHelpHead =
     "       zckpt convert DIR -o OUTDIR [-j N] [options]\n\n"
     "Rewrites torch.save files (zip or legacy format, torch 1.x/2.x) and safetensors files as\n"
     "zckpt containers without running Python: a torch pickle is read by a restricted interpreter\n"
-    "that executes nothing, and a file naming a global that could run code (os.system, eval,\n"
-    "...) is refused; a safetensors header is checked offset by offset (lengths, JSON, dtype x\n"
+    "that executes nothing. Its globals must be data: on zckpt's allowlist, or allowed with\n"
+    "--allow-global; a global that could run code (os.system, eval, ...) is refused whatever is\n"
+    "allowed. A safetensors header is checked offset by offset (lengths, JSON, dtype x\n"
     "shape, the data covered exactly). `zckpt.load` of a converted safetensors file returns the\n"
     "dict safetensors.torch.load_file does; `zckpt export --format safetensors` gives the file back.\n"
     "Without -o, DST is SRC with .pt/.pth/.bin/.safetensors replaced by .zckpt.\n\n"
@@ -194,16 +195,18 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
 
 int RunConvert(const Argv& argv) {
   Args args(argv, {"help", "only-pt", "quiet", "force", "copy-unknown"},
-            {"output", "jobs", "chunk-bytes", "zstd", "large-alignment", "threads", "progress"},
+            {"output", "jobs", "chunk-bytes", "zstd", "large-alignment", "threads", "progress", "allow-global"},
             {{"h", "help"}, {"o", "output"}, {"j", "jobs"}, {"q", "quiet"}, {"f", "force"}});
   if (!args.ok()) return UsageError("convert", args.error());
   if (args.Has("help")) {
     std::fputs(kHelpHead, stdout);
     std::fputs(kProgressHelp, stdout);
+    std::fputs(kAllowGlobalHelp, stdout);
     std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
   ConvertOptions opt;
+  opt.allow_globals = args.GetAll("allow-global");
   if (auto v = args.GetSize("chunk-bytes")) opt.writer.chunk_bytes = *v;
   if (auto v = args.GetInt("zstd")) opt.writer.zstd_level = static_cast<int>(*v);
   if (auto v = args.GetSize("large-alignment")) opt.writer.large_alignment = static_cast<uint32_t>(*v);

@@ -11,7 +11,7 @@ namespace zckpt::cli {
 
 namespace {
 constexpr const char* kHelp =
-    "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force]\n\n"
+    "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force] [--allow-global MOD.NAME]...\n\n"
     "Writes the container back as the file it came from. --format pt (the default, unless DST\n"
     "ends in .safetensors): a torch.save file: the kept object pickle and every record of the\n"
     "source archive (legacy-format sources come back byte for byte; a safetensors source becomes\n"
@@ -19,15 +19,20 @@ constexpr const char* kHelp =
     "a container converted from a safetensors file comes back byte for byte; one from a torch.save\n"
     "file of a flat dict of tensors comes back exactly as safetensors.torch.save_file writes that\n"
     "dict; anything else (nested state, DTensors, tensors sharing memory, ...) is refused, naming\n"
-    "what safetensors cannot hold. Every chunk is checked on the way; nothing appears at DST\n"
-    "unless the export completes.\n\n"
+    "what safetensors cannot hold. Before a byte is written, the object pickle (and every pickle\n"
+    "of a legacy header) is vetted by zckpt's interpreter (its globals on the allowlist or allowed\n"
+    "below) and held against the container's index, and the record names are checked (nothing\n"
+    "that unpacks outside its folder, no TorchScript marker, nothing torch.load needs missing).\n"
+    "Every chunk is checked on the way; nothing appears at DST unless the export completes.\n\n"
     "options:\n"
     "  -o, --output DST      destination (required)\n"
     "  --format FORMAT       pt or safetensors (default: from DST's extension, else pt)\n"
-    "  -f, --force           overwrite DST if it exists (default: refuse, exit 2)\n\n"
+    "  -f, --force           overwrite DST if it exists (default: refuse, exit 2)\n"
+    "%s\n"
     "Exit codes:\n"
     "  0  written\n"
-    "  1  the container is corrupt (a checksum, a record contradicting another)\n"
+    "  1  the container is corrupt, inconsistent or unsafe (a checksum, a record contradicting\n"
+    "     another, the pickle and the index disagreeing, a refused global, an unsafe record name)\n"
     "  2  could not run: bad usage, a missing file, not a container, DST exists (without --force),\n"
     "     a container safetensors cannot hold (--format safetensors), an I/O error\n";
 
@@ -37,10 +42,10 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 }  // namespace
 
 int RunExport(const Argv& argv) {
-  Args args(argv, {"help", "force"}, {"output", "format"}, {{"h", "help"}, {"o", "output"}, {"f", "force"}});
+  Args args(argv, {"help", "force"}, {"output", "format", "allow-global"}, {{"h", "help"}, {"o", "output"}, {"f", "force"}});
   if (!args.ok()) return UsageError("export", args.error());
   if (args.Has("help")) {
-    std::fputs(kHelp, stdout);
+    std::printf(kHelp, kAllowGlobalHelp);
     return kExitOk;
   }
   if (args.positional().size() != 1) return UsageError("export", "expected exactly one SRC.zckpt");
@@ -53,7 +58,10 @@ int RunExport(const Argv& argv) {
   struct stat st;
   if (!args.Has("force") && ::lstat(out->c_str(), &st) == 0)
     return UsageError("export", *out + " exists; nothing was written (--force overwrites)");
-  ExportFile(args.positional()[0], *out, format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch);
+  ExportOptions options;
+  options.format = format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch;
+  options.allow_globals = args.GetAll("allow-global");
+  ExportFile(args.positional()[0], *out, options);
   return kExitOk;
 }
 

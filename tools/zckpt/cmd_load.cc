@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kHelp =
     "usage: zckpt load FILE [--device cpu|cuda[:N]] [--no-verify] [--chunk-bytes N] [--slots N]\n"
     "                  [--threads N] [--method auto|pread|mmap|direct] [--ring-only] [--into | --map]\n"
-    "                  [--json]\n\n"
+    "                  [--json] [--allow-global MOD.NAME]...\n\n"
     "Loads every tensor of FILE onto the device (default cpu) through the streaming loader:\n"
     "--threads reader threads (default half the hardware threads, 2 to 8) fill a ring of\n"
     "--slots host buffers (default threads + 2, at least 4) of --chunk-bytes each (default\n"
@@ -34,11 +34,14 @@ constexpr const char* kHelp =
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
     "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
-    "  --map    map the file instead: CPU tensors aliasing it, nothing read (Map)\n";
+    "  --map    map the file instead: CPU tensors aliasing it, nothing read (Map)\n"
+    "Before any data is read, the kept object pickle is read by zckpt's interpreter (its\n"
+    "globals on the allowlist or allowed with --allow-global) and checked against the index.\n";
 constexpr const char* kHelpTail =
     "\nExit codes:\n"
     "  0  loaded\n"
-    "  1  the file is corrupt (a chunk fails its checksum)\n"
+    "  1  the file is corrupt (a chunk fails its checksum, the pickle disagrees with the index)\n"
+    "     or unsafe (its pickle names a refused global)\n"
     "  2  could not run: bad usage, missing file, not a container (a .pt or .safetensors file:\n"
     "     convert it first), no such device, I/O or CUDA error\n";
 
@@ -77,8 +80,12 @@ double CpuSeconds() {
 
 // Zeroed tensors shaped like the file's, on `device`, for --into (allocated before the peak
 // memory is reset: they are the destination, not part of the load's cost).
-std::vector<std::pair<std::string, at::Tensor>> MakeTargets(const std::string& path, c10::Device device) {
-  MapResult shapes = Map(path);  // dtypes and shapes without reading data
+std::vector<std::pair<std::string, at::Tensor>> MakeTargets(const std::string& path, c10::Device device,
+                                                           const LoadOptions& options) {
+  MapOptions map;
+  map.object_tree = false;
+  map.allow_globals = options.allow_globals;
+  MapResult shapes = Map(path, map);  // dtypes and shapes without reading data
   std::vector<std::pair<std::string, at::Tensor>> targets;
   for (const auto& [name, t] : shapes.tensors)
     targets.emplace_back(name, at::zeros(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(device)));
@@ -87,7 +94,7 @@ std::vector<std::pair<std::string, at::Tensor>> MakeTargets(const std::string& p
 
 void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptions& options, Report* r) {
   std::vector<std::pair<std::string, at::Tensor>> targets;
-  if (mode == Mode::kInto) targets = MakeTargets(path, device);
+  if (mode == Mode::kInto) targets = MakeTargets(path, device, options);
   r->cuda_index = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
   if (r->cuda_index >= 0) {
     ResetDevicePeak(r->cuda_index);
@@ -97,7 +104,9 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
   r->before = ReadHostMemory();
   double cpu0 = CpuSeconds();
   if (mode == Mode::kMap) {
-    MapResult m = Map(path);
+    MapOptions map;
+    map.allow_globals = options.allow_globals;
+    MapResult m = Map(path, map);
     r->seconds = m.stats.seconds;
     r->bytes = m.stats.mapped_bytes + m.stats.decoded_bytes;
     r->tensors = m.stats.tensors;
@@ -169,11 +178,13 @@ void PrintText(const std::string& path, const Report& r) {
 
 int RunLoad(const Argv& argv) {
   Args args(argv, {"help", "json", "no-verify", "ring-only", "into", "map"},
-            {"device", "chunk-bytes", "slots", "threads", "method", "progress"}, {{"h", "help"}, {"j", "threads"}});
+            {"device", "chunk-bytes", "slots", "threads", "method", "progress", "allow-global"},
+            {{"h", "help"}, {"j", "threads"}});
   if (!args.ok()) return UsageError("load", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
     std::fputs(kProgressHelp, stdout);
+    std::fputs(kAllowGlobalHelp, stdout);
     std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
@@ -183,6 +194,7 @@ int RunLoad(const Argv& argv) {
   const std::string path = args.positional()[0];
   LoadOptions options;
   options.verify = !args.Has("no-verify");
+  options.allow_globals = args.GetAll("allow-global");
   options.cpu_read_into_destination = !args.Has("ring-only");
   auto slot = args.GetSize("chunk-bytes");
   auto slots = args.GetInt("slots");

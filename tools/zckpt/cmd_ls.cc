@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "progress.h"
+#include "pickle/safety.h"
 #include "pickle/torch_model.h"
 #include "pickle/unpickler.h"
 #include "zckpt/container.h"
@@ -50,12 +51,15 @@ Stats ChunkStats(const Container& c) {
 }
 
 // What the kept object pickle holds besides tensors: globals outside torch (kept as opaque
-// objects, never run) and numpy values. Read with the restricted interpreter; a pickle it
-// refuses is reported, not fatal, since ls only lists.
+// objects, never run), numpy values, and the globals off zckpt's allowlist (which convert,
+// export and every load refuse unless allowed by name). Read with the restricted interpreter,
+// judged by the deny list only since ls hands the pickle to nothing; a pickle it refuses is
+// reported, not fatal, since ls only lists.
 struct PickleSummary {
   bool present = false;
   std::string error;
   pickle::TorchPickle model;
+  std::vector<std::string> off_allowlist;  // "module.name", in order of first use
 };
 
 PickleSummary SummarizePickle(const Container& c) {
@@ -64,7 +68,13 @@ PickleSummary SummarizePickle(const Container& c) {
   if (!blob) return out;
   out.present = true;
   try {
-    out.model = pickle::InterpretTorchPickle(pickle::Unpickle(c.CheckedBlobBytes(*blob)));
+    pickle::UnpickleOptions describe;
+    describe.globals = pickle::GlobalPolicy::kDenyListOnly;
+    pickle::UnpickleResult tree = pickle::Unpickle(c.CheckedBlobBytes(*blob), describe);
+    const pickle::GlobalVetter allowlist(pickle::GlobalPolicy::kAllowList, {});
+    for (const pickle::GlobalRef& g : tree.globals)
+      if (allowlist.Refusal(g.module, g.name)) out.off_allowlist.push_back(g.module + "." + g.name);
+    out.model = pickle::InterpretTorchPickle(tree);
   } catch (const Error& e) {
     out.error = e.what();
   }
@@ -134,6 +144,8 @@ void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
       for (int64_t d : v.shape) j.Int(d);
       j.EndArray().EndObject();
     }
+    j.EndArray().Key("off_allowlist").BeginArray();
+    for (const auto& g : ps.off_allowlist) j.String(g);
     j.EndArray().EndObject();
   }
   j.Key("metadata").BeginObject();
@@ -187,6 +199,10 @@ void PrintText(const Container& c, const Stats& st, bool storages, const PickleS
     for (const auto& v : ps.model.numpy)
       std::printf("  %-48s numpy %s %s\n", v.path.c_str(), v.scalar ? "scalar" : "array",
                   (v.dtype + (v.scalar ? "" : " " + ShapeString(v.shape))).c_str());
+  }
+  if (!ps.off_allowlist.empty()) {
+    std::printf("\nGLOBALS OFF THE ALLOWLIST (convert, export and load need --allow-global for each)\n");
+    for (const auto& g : ps.off_allowlist) std::printf("  %s\n", g.c_str());
   }
   if (c.metadata_count()) {
     std::printf("\nMETADATA\n");

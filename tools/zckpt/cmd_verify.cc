@@ -11,9 +11,10 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "convert/object_pickle.h"
+#include "convert/source_kind.h"
 #include "json_writer.h"
 #include "progress.h"
-#include "convert/source_kind.h"
 #include "zckpt/container.h"
 #include "zckpt/format.h"
 
@@ -25,7 +26,10 @@ constexpr const char* kHelp =
     "usage: zckpt verify [--threads N] [--quiet] [--json] [--progress WHEN] PATH...\n\n"
     "Checks every byte of each container: superblock, footer and index checksums, every\n"
     "structural rule of format-spec/zckpt-v1.md, every chunk's XXH3 (zstd chunks are also\n"
-    "decoded and their raw XXH3 checked), every blob, and that all padding is zero.\n"
+    "decoded and their raw XXH3 checked), every blob, and that all padding is zero. Then that\n"
+    "the kept object pickle (what zckpt.load and an exported .pt read) is readable, names no\n"
+    "global that could run code, and describes the same storages and tensor views as the\n"
+    "index (what Load/LoadInto/Map read).\n"
     "Every bad chunk is reported with its file, storage key, tensors and byte range.\n"
     "A PATH that is a folder stands for every container below it (files starting with the\n"
     "container magic, whatever their name); one line per container, then a summary line.\n\n"
@@ -36,7 +40,7 @@ constexpr const char* kHelp =
 constexpr const char* kHelpTail =
     "\nExit codes:\n"
     "  0  every container is good\n"
-    "  1  at least one container is corrupt\n"
+    "  1  at least one container is corrupt (or its pickle and index disagree)\n"
     "  2  at least one could not be checked (missing, unreadable, not a container, unsupported\n"
     "     version), a folder holding no container, or bad usage (2 wins over 1)\n";
 
@@ -62,7 +66,8 @@ FileResult VerifyOne(const std::string& path, unsigned threads, ProgressStyle pr
     VerifyReport report = c->Verify(opt);
     bar.Finish();
     for (const auto& p : report.problems) r.problems.push_back(p.message);
-    r.code = report.ok() ? kExitOk : kExitBad;
+    for (std::string& p : convert::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
+    r.code = r.problems.empty() ? kExitOk : kExitBad;
   } catch (const Error& e) {
     r.problems.push_back(convert::WithNotAContainerHint(e, path).what());
     r.code = ExitCodeFor(e);
