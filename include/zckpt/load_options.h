@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace zckpt {
 
@@ -39,6 +41,12 @@ struct LoadOptions {
   // Load: also build TensorSet::tree from the kept object pickle (a malformed pickle is then an
   // error). Off: the tensors only, the tree None.
   bool object_tree = true;
+  // Every load that gives tensors by name (Load, LoadInto, Map) first reads the kept object
+  // pickle with zckpt's interpreter and checks that it describes the same tensors as the index
+  // (one container, one answer, whichever loader reads it). The pickle may name globals on
+  // zckpt's allowlist of data globals, and these ("module.name") besides: classes of the
+  // caller's own. Globals on the deny list stay refused.
+  std::vector<std::string> allow_globals;
   ReadMethod method = ReadMethod::kAuto;
   // CPU destinations: read (or decode) the chunks of storages >= 64 KiB straight into the
   // destination instead of a slot + memcpy. On by default (one copy less, ~2x faster measured);

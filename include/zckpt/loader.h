@@ -13,7 +13,12 @@
 //                  lacks, a quantized tensor (use LoadStorages + torch's unpickler), or a CUDA
 //                  device in a build without CUDA
 //   kCorrupt       a chunk failed its checksum or its zstd frame; the message is
-//                  Container::DescribeChunk (file, storage key, tensors, byte ranges)
+//                  Container::DescribeChunk (file, storage key, tensors, byte ranges). Also, before
+//                  any data is read: the kept object pickle is malformed, or describes other
+//                  storages or tensor views than the index ("FILE: the object pickle and the
+//                  index disagree: tensor 'w': ...")
+//   kUnsafe        the kept object pickle names a global off the allowlist (and not in
+//                  LoadOptions::allow_globals) or on the deny list, naming it and its offset
 //   kInvalidArgument  bad options; LoadInto mismatches
 //   kCancelled     LoadOptions::cancel became true
 // On any error the load stops cleanly: reader threads are joined, the ring is freed, device work
@@ -140,6 +145,11 @@ struct RangeTarget {
 LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget>& ranges,
                           const LoadOptions& options = {});
 
+struct MapOptions {
+  bool object_tree = true;                 // as LoadOptions::object_tree
+  std::vector<std::string> allow_globals;  // as LoadOptions::allow_globals
+};
+
 struct MapStats {
   uint64_t mapped_bytes = 0;   // storage bytes aliasing the mapping (nothing read)
   uint64_t decoded_bytes = 0;  // bytes of storages with zstd chunks, decoded into owned memory
@@ -156,8 +166,9 @@ struct MapResult : TensorSet {
 // by the tensors' deleters: O(number of tensors), no data read, writes never reach the file.
 // Storages with zstd chunks cannot alias the file: they are decoded (and checked) into owned
 // memory. Uncompressed bytes are not checked (that would read them): run Container::Verify or
-// `zckpt verify` for that. The index is validated as by Container::Open.
-MapResult Map(const std::string& path);
+// `zckpt verify` for that. The index is validated as by Container::Open, and the object pickle
+// is read and checked against it as by Load.
+MapResult Map(const std::string& path, const MapOptions& options = {});
 // The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
 MapResult MapStorages(const std::string& path);
 

@@ -128,6 +128,9 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
   loader::ResolveSlotBytes(options.base, c->superblock().chunk_bytes);
+  // One container, one answer: the pickle must describe what the index does (zckpt.load reads
+  // the pickle) before any target is written.
+  (void)loader::VetObjectPickle(*c, options.base.allow_globals);
   LoadIntoReport report;
 
   // Match by name; check every match before anything is written.
@@ -222,6 +225,7 @@ LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
+  (void)loader::VetObjectPickle(*c, options.allow_globals);  // as LoadInto
   LoadIntoReport report;
 
   // Every range checked before anything is written.

@@ -25,8 +25,11 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
   CheckDevice(device);
   auto c = Container::Open(path);
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);  // bad options fail before allocating
-  if (views)
+  std::optional<convert::ObjectPickle> pickle;
+  if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
+    pickle = loader::VetObjectPickle(*c, options.allow_globals);  // before a byte of data is read
+  }
 
   // One allocation per storage; every chunk of it goes to its place in that allocation.
   const uint64_t chunk_bytes = c->superblock().chunk_bytes;
@@ -53,7 +56,7 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
 
   LoadResult result;
   result.stats = loader::StreamChunks(*c, d, options, cuda_devices);
-  loader::FinishResult(*c, bytes, views, options.object_tree, t0, &result, &result.stats);
+  loader::FinishResult(*c, bytes, views, options.object_tree ? &pickle : nullptr, t0, &result, &result.stats);
   return result;
 }
 

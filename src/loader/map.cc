@@ -57,11 +57,14 @@ at::Tensor MappedBytes(const std::shared_ptr<Mapping>& m, uint64_t offset, uint6
   return loader::BytesOf(storage);
 }
 
-MapResult MapImpl(const std::string& path, bool views) {
+MapResult MapImpl(const std::string& path, bool views, const MapOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
-  if (views)
+  std::optional<convert::ObjectPickle> pickle;
+  if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
+    pickle = loader::VetObjectPickle(*c, options.allow_globals);
+  }
   auto mapping = std::make_shared<Mapping>(path, c->file_bytes());
   MapResult result;
   std::vector<at::Tensor> bytes;
@@ -81,14 +84,14 @@ MapResult MapImpl(const std::string& path, bool views) {
     result.stats.decoded_bytes += info.raw_bytes;
     bytes.push_back(std::move(owned));
   }
-  loader::FinishResult(*c, bytes, views, true, t0, &result, &result.stats);
+  loader::FinishResult(*c, bytes, views, options.object_tree ? &pickle : nullptr, t0, &result, &result.stats);
   return result;
 }
 
 }  // namespace
 
-MapResult Map(const std::string& path) { return MapImpl(path, true); }
+MapResult Map(const std::string& path, const MapOptions& options) { return MapImpl(path, true, options); }
 
-MapResult MapStorages(const std::string& path) { return MapImpl(path, false); }
+MapResult MapStorages(const std::string& path) { return MapImpl(path, false, {}); }
 
 }  // namespace zckpt

@@ -31,7 +31,8 @@ std::string ClassName(const Value* global) {
 
 class TreeBuilder {
  public:
-  TreeBuilder(const Container& c, const TensorSet& set, const pickle::TorchPickle& model) : c_(c), set_(set) {
+  TreeBuilder(const Container& c, const TensorSet& set, const pickle::TorchPickle& model, size_t max_depth)
+      : c_(c), set_(set), max_depth_(max_depth) {
     // The first record made at a node is the tensor the node evaluates to (later ones at the same
     // node are a second path to it, or its quantizer's `.scales`/`.zero_points`).
     for (const pickle::TorchTensor& t : model.tensors) {
@@ -44,9 +45,14 @@ class TreeBuilder {
     }
   }
 
+  // Recursive, so bounded here, where the recursion happens: the unpickler refused trees higher
+  // than max_depth, and a walk of this one never goes deeper than that (checked, not assumed).
   c10::IValue Convert(const Value* v) {
     if (v == nullptr) return c10::IValue();
     if (auto done = done_.find(v); done != done_.end()) return done->second;  // memo: same object
+    if (open_.size() >= max_depth_)
+      throw Error(ErrorKind::kCorrupt, c_.path() + ": object pickle: object tree deeper than " +
+                                           std::to_string(max_depth_) + " at pickle byte offset " + std::to_string(v->offset));
     if (!open_.insert(v).second) return c10::IValue();  // a cycle: documented as None
     c10::IValue out = ConvertNew(v);
     open_.erase(v);
@@ -147,6 +153,7 @@ class TreeBuilder {
 
   const Container& c_;
   const TensorSet& set_;
+  const size_t max_depth_;
   std::unordered_map<uint64_t, size_t> tensor_at_;  // node offset -> index in set_.tensors
   std::unordered_map<const Value*, c10::IValue> done_;
   std::unordered_set<const Value*> open_;
@@ -154,21 +161,13 @@ class TreeBuilder {
 
 }  // namespace
 
-c10::IValue BuildObjectTree(const Container& c, const TensorSet& set) {
-  auto blob = c.FindBlob(format::kObjectPickleBlob);
-  if (!blob) {
+c10::IValue BuildObjectTree(const Container& c, const TensorSet& set, const std::optional<convert::ObjectPickle>& pickle) {
+  if (!pickle) {
     c10::impl::GenericDict flat(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, t] : set.tensors) flat.insert(name, t);
     return flat;
   }
-  auto bytes = c.CheckedBlobBytes(*blob);
-  try {
-    pickle::UnpickleResult tree = pickle::Unpickle(bytes);
-    pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
-    return TreeBuilder(c, set, model).Convert(tree.root);
-  } catch (const Error& e) {
-    throw Error(e.kind(), c.path() + ": object pickle: " + e.what());
-  }
+  return TreeBuilder(c, set, pickle->model, pickle->tree.max_depth).Convert(pickle->tree.root);
 }
 
 }  // namespace zckpt::loader

@@ -93,8 +93,14 @@ at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t st
   return v;
 }
 
+std::optional<convert::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals) {
+  convert::PickleReadOptions read;
+  read.allow_globals = allow_globals;
+  return convert::ReadObjectPickle(c, read);
+}
+
 void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
-                    bool tree) {
+                    const std::optional<convert::ObjectPickle>* tree) {
   for (uint32_t s = 0; s < c.storage_count(); ++s) out->storages_by_key.emplace(std::string(c.storage(s).key), bytes[s]);
   if (!views) return;
   out->tensors.reserve(c.tensor_count());
@@ -106,7 +112,7 @@ void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bo
     out->tensors.emplace_back(std::string(t.name), MakeView(storage, t, static_cast<int64_t>(t.storage_offset)));
     out->meta.push_back(TensorMeta{std::string(c.storage(t.storage).key), t.flags, std::string(t.extra)});
   }
-  if (tree) out->tree = BuildObjectTree(c, *out);
+  if (tree) out->tree = BuildObjectTree(c, *out, *tree);
 }
 
 }  // namespace zckpt::loader

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "test_util.h"
+#include "torch_pickle.h"
 #include "zckpt/format.h"
 
 extern char** environ;
@@ -38,6 +39,8 @@ void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned stora
   o.threads = 2;
   ContainerWriter w(path, o);
   std::mt19937_64 rng(seed);
+  std::vector<testing::PickledStorage> pickled_storages;
+  std::vector<testing::PickledTensor> pickled_tensors;
   for (unsigned s = 0; s < storages; ++s) {
     // Sizes spread over small (64-byte aligned) and large (4 KiB aligned, several chunks) storages.
     uint64_t n = s == 0 ? 0 : (s % 3 == 0 ? max_storage_bytes : 4 + rng() % (s % 3 == 1 ? 1000 : max_storage_bytes));
@@ -67,6 +70,8 @@ void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned stora
     t.shape = {static_cast<int64_t>(n / 4)};
     t.stride = {1};
     w.AddTensor(t);
+    pickled_storages.push_back({ns.key, ns.location, "FloatStorage", n / 4});
+    pickled_tensors.push_back({t.name, s, 0, t.shape, t.stride, false});
     if (n >= 16) {
       NewTensor v = t;
       v.name = "t" + std::to_string(s) + ".view";
@@ -75,12 +80,12 @@ void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned stora
       v.storage_offset = 0;
       v.flags = format::kTensorRequiresGrad;
       w.AddTensor(v);
+      pickled_tensors.push_back({v.name, s, 0, v.shape, v.stride, true});
     }
   }
-  // A real (tiny) object pickle, {'seed': seed & 0xff} in protocol 2: loaders build the object
-  // tree from it.
-  std::string blob = std::string("\x80\x02}q\x00X\x04\x00\x00\x00seedq\x01K", 17) +
-                     static_cast<char>(seed & 0xff) + "s.";
+  // A real object pickle describing exactly these tensors, as torch.save would: loaders check it
+  // against the index and build the object tree from it.
+  std::string blob = testing::TorchStateDictPickle(pickled_storages, pickled_tensors);
   w.AddBlob("data.pkl", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(blob.data()), blob.size()));
   w.SetMetadata("zckpt.hardening.seed", std::to_string(seed));
   w.Commit();
