@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
@@ -87,6 +88,23 @@ py::bytes ReadBlob(const std::string& path, const std::string& name) {
   return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+// The object pickle, read by zckpt's interpreter under the allowlist plus `allow_globals` and
+// checked against the index, before Python hands it to torch's unpickler: the bytes returned are
+// the ones vetted. Errors as ReadObjectPickle (UnsafeError, CorruptError naming the file).
+py::bytes VettedPickle(const std::string& path, const std::vector<std::string>& allow_globals) {
+  std::string bytes;
+  {
+    py::gil_scoped_release release;
+    auto c = Container::Open(path);
+    convert::PickleReadOptions read;
+    read.allow_globals = allow_globals;
+    auto pickle = convert::ReadObjectPickle(*c, read);
+    if (!pickle) throw Error(ErrorKind::kInvalidArgument, path + ": no object pickle (data.pkl) to load");
+    bytes.assign(reinterpret_cast<const char*>(pickle->bytes.data()), pickle->bytes.size());
+  }
+  return py::bytes(bytes);
+}
+
 py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
   py::dict out;
   for (const auto& [key, t] : storages) out[py::str(key)] = t;
@@ -127,11 +145,13 @@ py::dict MapStoragesToDict(const std::string& path) {
 }
 
 std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
-    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify) {
+    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify,
+    const std::vector<std::string>& allow_globals) {
   py::gil_scoped_release release;
   LoadIntoOptions options;
   options.strict = strict;
   options.base.verify = verify;
+  options.base.allow_globals = allow_globals;
   LoadIntoReport report;
   try {
     report = LoadInto(path, targets, options);
@@ -143,19 +163,21 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
 
 // (name, first element, target) triples: see zckpt::LoadRanges. Returns the bytes copied.
 uint64_t LoadRangesInto(const std::string& path, const std::vector<std::tuple<std::string, uint64_t, at::Tensor>>& ranges,
-                        bool verify) {
+                        bool verify, const std::vector<std::string>& allow_globals) {
   std::vector<RangeTarget> targets;
   targets.reserve(ranges.size());
   for (const auto& [name, begin, target] : ranges) targets.push_back(RangeTarget{name, begin, target});
   py::gil_scoped_release release;
   LoadOptions options;
   options.verify = verify;
+  options.allow_globals = allow_globals;
   return LoadRanges(path, targets, options).stats.raw_bytes;
 }
 
 py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,
-                 unsigned threads) {
+                 unsigned threads, const std::vector<std::string>& allow_globals) {
   ConvertOptions options;
+  options.allow_globals = allow_globals;
   if (chunk_bytes) options.writer.chunk_bytes = chunk_bytes;
   options.writer.zstd_level = zstd_level;
   options.writer.threads = threads;
@@ -177,11 +199,15 @@ py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_
   return out;
 }
 
-void Export(const std::string& src, const std::string& dst, const std::string& format) {
+void Export(const std::string& src, const std::string& dst, const std::string& format,
+            const std::vector<std::string>& allow_globals) {
   if (format != "pt" && format != "safetensors")
     throw Error(ErrorKind::kInvalidArgument, "export format must be 'pt' or 'safetensors', not '" + format + "'");
   py::gil_scoped_release release;
-  ExportFile(src, dst, format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch);
+  ExportOptions options;
+  options.format = format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch;
+  options.allow_globals = allow_globals;
+  ExportFile(src, dst, options);
 }
 
 std::vector<std::string> Verify(const std::string& path, unsigned threads) {
@@ -192,6 +218,7 @@ std::vector<std::string> Verify(const std::string& path, unsigned threads) {
     VerifyOptions options;
     options.threads = threads;
     for (const auto& p : c->Verify(options).problems) problems.push_back(p.message);
+    for (std::string& p : convert::ObjectPickleProblems(*c)) problems.push_back(std::move(p));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kCorrupt) throw;  // cannot verify at all: raise
     problems.push_back(e.what());
@@ -242,11 +269,20 @@ py::object TreeToPython(const c10::IValue& v, std::map<const void*, py::object>&
   return out;
 }
 
-py::object LoadTree(const std::string& path, const std::string& device, bool map) {
+py::object LoadTree(const std::string& path, const std::string& device, bool map,
+                    const std::vector<std::string>& allow_globals) {
   c10::IValue tree;
   {
     py::gil_scoped_release release;
-    tree = map ? Map(path).tree : Load(path, c10::Device(device)).tree;
+    if (map) {
+      MapOptions options;
+      options.allow_globals = allow_globals;
+      tree = Map(path, options).tree;
+    } else {
+      LoadOptions options;
+      options.allow_globals = allow_globals;
+      tree = Load(path, c10::Device(device), options).tree;
+    }
   }
   std::map<const void*, py::object> memo;
   return TreeToPython(tree, memo);
@@ -271,16 +307,20 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("describe", &zckpt::Describe, py::arg("path"));
-  m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false);
+  m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false,
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
+  m.def("vetted_pickle", &zckpt::VettedPickle, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
   m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
   m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"));
   m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
-        py::arg("verify") = true);
-  m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true);
+        py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true,
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("tensor_records", &zckpt::TensorRecords, py::arg("path"));
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
-        py::arg("zstd_level") = 0, py::arg("threads") = 0);
-  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt");
+        py::arg("zstd_level") = 0, py::arg("threads") = 0, py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
 }

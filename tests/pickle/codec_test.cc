@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "pickle/bigint.h"
 #include "pickle/text_codec.h"
@@ -31,6 +33,42 @@ TEST(BigInt, RoundTripsThroughDecimal) {
   EXPECT_EQ(*DecimalToBigInt("0"), "");
   EXPECT_FALSE(DecimalToBigInt("12a"));
   EXPECT_FALSE(DecimalToBigInt("-"));
+}
+
+// The byte-at-a-time conversion the limb version replaced: slow, obviously right.
+std::string NaiveDecimalToMagnitude(const std::string& digits) {
+  std::string mag;  // little-endian
+  for (char c : digits) {
+    unsigned carry = static_cast<unsigned>(c - '0');
+    for (char& b : mag) {
+      unsigned v = static_cast<uint8_t>(b) * 10u + carry;
+      b = static_cast<char>(v & 0xFF);
+      carry = v >> 8;
+    }
+    if (carry) mag.push_back(static_cast<char>(carry));
+  }
+  while (!mag.empty() && mag.back() == 0) mag.pop_back();
+  if (!mag.empty() && (static_cast<uint8_t>(mag.back()) & 0x80)) mag.push_back(0);
+  return mag;
+}
+
+TEST(BigInt, LongNumbersMatchTheByteWiseConversion) {
+  std::mt19937 rng(7);
+  for (size_t len : {1, 18, 19, 20, 37, 38, 39, 100, 1000, 2400, 4300}) {
+    std::string digits(len, '0');
+    for (char& c : digits) c = static_cast<char>('0' + rng() % 10);
+    digits[0] = static_cast<char>('1' + rng() % 9);
+    auto le = DecimalToBigInt(digits);
+    ASSERT_TRUE(le) << len;
+    EXPECT_EQ(*le, NaiveDecimalToMagnitude(digits)) << len;
+    if (le->size() <= kMaxDecimalBytes) {
+      EXPECT_EQ(BigIntToDecimal(*le), digits);
+      EXPECT_EQ(BigIntToDecimal(*DecimalToBigInt("-" + digits)), "-" + digits);
+    }
+  }
+  EXPECT_EQ(BigIntToDecimal(*DecimalToBigInt("10000000000000000000")), "10000000000000000000");  // 10^19
+  EXPECT_EQ(BigIntToDecimal(*DecimalToBigInt("100000000000000000000000000000000000000")),
+            "100000000000000000000000000000000000000");  // 10^38: a zero 19-digit group
 }
 
 TEST(BigInt, Int64Range) {

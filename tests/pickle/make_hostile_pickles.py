@@ -51,6 +51,24 @@ def payloads():
     cmd = ("touch " + MARKER).encode()
     out["dotted_posixpath_os_system"] = (b"\x80\x04\x8c\x09posixpath\x8c\x09os.system\x93\x8c" + bytes([len(cmd)]) +
                                          cmd + b"\x85R.")
+    # Globals an older deny list missed: standard-library helpers that spawn processes, and
+    # numpy's text writer (torch's benchmark Timer compiles code only when asked for C++, so it
+    # proves nothing here; the deny list refuses it all the same).
+    import _osx_support
+    import imaplib
+    import uuid
+
+    out["os_popen_p2"] = pickle.dumps(Reduce(os.popen, "touch " + MARKER), protocol=2)
+    out["imaplib_stream_p2"] = pickle.dumps(Reduce(imaplib.IMAP4_stream, "touch " + MARKER), protocol=2)
+    out["uuid_command_p4"] = pickle.dumps(Reduce(uuid._get_command_stdout, "touch", MARKER), protocol=4)
+    out["osx_support_read_output_p2"] = pickle.dumps(Reduce(_osx_support._read_output, "touch " + MARKER),
+                                                     protocol=2)
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        out["numpy_savetxt_p2"] = pickle.dumps(Reduce(numpy.savetxt, MARKER, [1.0]), protocol=2)
     return out
 
 

@@ -2,6 +2,7 @@
 // never a crash, an overflow, a huge allocation or deep recursion.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -197,6 +198,100 @@ TEST(Malformed, DeepChainThroughMemoIsBoundedInWalks) {
   EXPECT_NE(text.find("..."), std::string::npos);
   EXPECT_LT(text.size(), 3000u);
   EXPECT_TRUE(InterpretTorchPickle(r).tensors.empty());  // iterative: any depth
+}
+
+// L0 = []; then per level i: Li = [] (memo i), and L(i-1).append(<wrapper of Li>) while Li is
+// still empty, so the depth only shows on the finished tree. The wrapper: a dict with Li as its
+// KEY, or an object called with Li as its ARGUMENT (collections.OrderedDict(Li)).
+std::vector<uint8_t> ChainThroughMemo(uint32_t levels, bool through_keys) {
+  PickleBuilder b;
+  b.Proto(2).Global("collections", "OrderedDict").Op('r').LE(0, 4).Op('0');  // memo 0: the class
+  b.Op(']').Op('r').LE(1, 4);                                                  // memo 1: L0
+  for (uint32_t i = 1; i <= levels; ++i) {
+    b.Op(']').Op('r').LE(i + 1, 4).Op('0');  // Li, memo i + 1
+    b.Op('j').LE(i, 4);                      // L(i-1)
+    if (through_keys) b.Op('}').Op('j').LE(i + 1, 4).Op('N').Op('s');        // {Li: None}
+    else b.Op('j').LE(0, 4).Op('j').LE(i + 1, 4).Op(0x85).Op('R');          // OrderedDict(Li)
+    b.Op('a').Op('0');
+  }
+  b.Op('0').Op('j').LE(1, 4).Stop();
+  return b.bytes();
+}
+
+TEST(Malformed, DeepNestingThroughDictKeysAndCallArgumentsIsRefused) {
+  for (bool keys : {true, false}) {
+    SCOPED_TRACE(keys ? "dict keys" : "call arguments");
+    auto t0 = std::chrono::steady_clock::now();
+    ExpectUnpickleError(ChainThroughMemo(100000, keys), ErrorKind::kCorrupt, "nesting deeper than 1000 (max_depth)");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+    // The limit is exact: L0 holds 2 * levels + 1 nodes on its longest chain (dict/object, then
+    // a list; the key of a dict, the args tuple of an object, count as one more each below).
+    const uint32_t per_level = keys ? 2 : 3;
+    const uint32_t fits = (1000 - 1) / per_level;
+    UnpickleResult ok = Unpickle(ChainThroughMemo(fits, keys));
+    EXPECT_EQ(ok.root->depth, per_level * fits + 1);
+    EXPECT_TRUE(InterpretTorchPickle(ok).tensors.empty());
+    ExpectUnpickleError(ChainThroughMemo(fits + 1, keys), ErrorKind::kCorrupt, "nesting deeper than 1000");
+  }
+}
+
+TEST(Malformed, ACycleIsNoDepth) {
+  // l = []; l.append(l); l.append([l]): cycles end a chain, they do not make it infinite.
+  auto b = PickleBuilder().Proto(2).Op(']').Op('q').LE(0, 1).Op('h').LE(0, 1).Op('a');
+  b.Op(']').Op('q').LE(1, 1).Op('h').LE(0, 1).Op('a').Op('a').Stop();
+  UnpickleResult r = Unpickle(b.bytes());
+  EXPECT_EQ(r.root->items.size(), 2u);
+  EXPECT_EQ(r.root->depth, 2u);
+}
+
+TEST(Malformed, HugeDecimalLiteralsAreRefusedFast) {
+  // Python's int() refuses decimal text past 4300 digits, so its unpickler refuses these too;
+  // converting a million digits byte by byte took minutes.
+  for (std::string op : {"I", "L"}) {
+    std::string text = "\x80\x02" + op + std::string(1000000, '7') + (op == "L" ? "L" : "") + "\n.";
+    auto t0 = std::chrono::steady_clock::now();
+    ExpectUnpickleError(ToBytes(text), ErrorKind::kCorrupt, "more than 4300 digits");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  }
+  // 4300 digits are read, and many of them stay cheap (19 digits a step).
+  std::string digits(4300, '9');
+  UnpickleResult one = Unpickle(ToBytes("I" + digits + "\n."));
+  EXPECT_EQ(one.root->kind, Kind::kBigInt);
+  EXPECT_EQ(one.root->text.size(), 1786u);  // 4300 * log2(10) / 8, plus the sign bit
+  std::string many = "(";
+  for (int i = 0; i < 2000; ++i) many += "I-" + digits + "\n";
+  many += "l.";
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Unpickle(ToBytes(many)).root->items.size(), 2000u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+// {first: t, 'w': t, 'w': t, ...}: one tensor under `entries` keys, all equal after the first
+// (a pickled dict may repeat a key).
+std::vector<uint8_t> TensorUnderEqualKeys(int entries, const std::string& first = "w") {
+  PickleBuilder b;
+  b.Proto(2).Op('}').Mark().Unicode(first).Global("torch._utils", "_rebuild_tensor_v2").Mark();
+  b.Mark().Unicode("storage").Global("torch", "FloatStorage").Unicode("0").Unicode("cpu").Int1(1).Op('t').Op('Q');
+  b.Int1(0).Op(')').Op(')').Op(0x89).Op('}').Op('t').Op('R').Op('q').LE(1, 1);
+  for (int i = 1; i < entries; ++i) b.Unicode("w").Op('h').LE(1, 1);
+  b.Op('u').Stop();
+  return b.bytes();
+}
+
+TEST(Malformed, OneTensorUnderManyEqualKeysIsNamedInLinearTime) {
+  // Each repeat is named w~N: searching N up from 1 every time was quadratic (minutes here).
+  auto t0 = std::chrono::steady_clock::now();
+  TorchPickle m = InterpretTorchPickle(Unpickle(TensorUnderEqualKeys(100000)));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  ASSERT_EQ(m.tensors.size(), 100000u);
+  EXPECT_EQ(m.tensors[0].name, "w");
+  EXPECT_EQ(m.tensors[1].name, "w~1");
+  EXPECT_EQ(m.tensors[99999].name, "w~99999");
+  // A name the pickle itself spells w~2 is skipped, not given twice.
+  TorchPickle n = InterpretTorchPickle(Unpickle(TensorUnderEqualKeys(5, "w~2")));
+  std::vector<std::string> names;
+  for (const TorchTensor& t : n.tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"w~2", "w", "w~1", "w~3", "w~4"}));
 }
 
 TEST(Malformed, SharedSubtreesDoNotExplode) {

@@ -1,6 +1,7 @@
 """Safety: zckpt.convert refuses a .pt whose pickle names a code-running global (and writes
-nothing), and zckpt.load(weights_only=True) refuses what torch.load(weights_only=True) refuses,
-with torch's own pickle.UnpicklingError, running nothing."""
+nothing), every global off zckpt's allowlist needs the caller's explicit allow_globals (convert,
+load, load_into), and zckpt.load(weights_only=True) still refuses what
+torch.load(weights_only=True) refuses, with torch's own pickle.UnpicklingError, running nothing."""
 import os
 import pickle
 import re
@@ -89,18 +90,35 @@ def test_weights_only_is_the_default(family):
 @pytest.fixture
 def config_file(tmp_path):
     obj = {"w": torch.arange(3.0), "config": Config("tiny", 2)}
-    return obj, save_converted(obj, tmp_path, "config")
+    return obj, save_converted(obj, tmp_path, "config", allow_globals=[Config])
+
+
+def test_custom_class_needs_explicit_permission_to_convert(tmp_path):
+    pt = tmp_path / "config.pt"
+    torch.save({"config": Config("tiny", 2)}, pt)
+    with pytest.raises(zckpt.UnsafeError, match=r"refused global 'zckpt_testing\.Config' at pickle byte offset \d+"):
+        zckpt.convert(pt, tmp_path / "config.zckpt")
+    assert sorted(os.listdir(tmp_path)) == ["config.pt"]
+    zckpt.convert(pt, tmp_path / "config.zckpt", allow_globals=["zckpt_testing.Config"])  # by name, or
+    zckpt.convert(pt, tmp_path / "config2.zckpt", allow_globals=[Config])                 # the class itself
 
 
 def test_weights_only_refuses_custom_class(config_file):
     obj, (pt, path) = config_file
     with pytest.raises(pickle.UnpicklingError) as by_torch:
         torch.load(pt, weights_only=True)
-    with pytest.raises(pickle.UnpicklingError) as by_zckpt:
-        zckpt.load(path, weights_only=True)
     assert _unsupported_global(str(by_torch.value)) == "zckpt_testing.Config"
+    # zckpt's own vetting comes first: a class off its allowlist needs the caller's permission,
+    # whatever weights_only says.
+    for weights_only in (True, False):
+        with pytest.raises(zckpt.UnsafeError, match=r"zckpt_testing\.Config") as vetted:
+            zckpt.load(path, weights_only=weights_only)
+        assert path in str(vetted.value)
+    # Allowed by zckpt, the weights-only unpickler still refuses it as torch.load does.
+    with pytest.raises(pickle.UnpicklingError) as by_zckpt:
+        zckpt.load(path, weights_only=True, allow_globals=[Config])
     assert "zckpt_testing.Config" in str(by_zckpt.value)
-    got = zckpt.load(path, weights_only=False)
+    got = zckpt.load(path, weights_only=False, allow_globals=["zckpt_testing.Config"])
     assert got["config"] == Config("tiny", 2)
     assert torch.equal(got["w"], obj["w"])
 
@@ -114,16 +132,23 @@ def test_safe_globals_are_honoured(config_file):
 
 
 def test_weights_only_runs_nothing(tmp_path):
-    """A global off torch's allowlist but not code-running enough for convert's deny list is
-    kept in the container; loading it with weights_only=True must not call it."""
+    """A global off both allowlists but not on the deny list (a function of the caller's own)
+    is refused by convert unless allowed; kept in the container with permission, loading it
+    must still not call it: not without the permission again, and not with weights_only=True."""
     marker = tmp_path / "ran"
     obj = {"w": torch.ones(2), "side_effect": CallsGlobal(zckpt_testing.touch, str(marker))}
-    _, path = save_converted(obj, tmp_path, "touch")
+    with pytest.raises(zckpt.UnsafeError, match=r"zckpt_testing\.touch"):
+        save_converted(obj, tmp_path, "touch")
+    _, path = save_converted(obj, tmp_path, "touch", allow_globals=[zckpt_testing.touch])
     assert not marker.exists()
+    for weights_only in (True, False):
+        with pytest.raises(zckpt.UnsafeError, match=r"zckpt_testing\.touch"):
+            zckpt.load(path, weights_only=weights_only)
     with pytest.raises(pickle.UnpicklingError, match="touch"):
-        zckpt.load(path, weights_only=True)
+        zckpt.load(path, weights_only=True, allow_globals=[zckpt_testing.touch])
     assert not marker.exists()
-    got = zckpt.load(path, weights_only=False)  # the caller's explicit choice, as with torch.load
+    # The caller's explicit choice, twice over (allowed by zckpt, weights_only=False for torch).
+    got = zckpt.load(path, weights_only=False, allow_globals=["zckpt_testing.touch"])
     assert marker.exists() and got["side_effect"] == str(marker)
 
 
@@ -138,11 +163,12 @@ def test_load_into_optimizer_runs_nothing(tmp_path):
     sd = opt.state_dict()
     marker = tmp_path / "ran"
     sd["param_groups"][0]["note"] = CallsGlobal(zckpt_testing.touch, str(marker))
-    _, path = save_converted(sd, tmp_path, "optim")
+    _, path = save_converted(sd, tmp_path, "optim", allow_globals=[zckpt_testing.touch])
     assert not marker.exists()
-    try:
-        zckpt.load_into(path, opt)
-    except pickle.UnpicklingError:
-        pass  # refusing, as weights_only=True refuses, is fine
+    for allow in ((), [zckpt_testing.touch]):
+        try:
+            zckpt.load_into(path, opt, allow_globals=allow)
+        except (pickle.UnpicklingError, zckpt.UnsafeError):
+            pass  # refusing, as weights_only=True refuses, is fine
     assert not marker.exists(), "load_into(optimizer) ran code from the checkpoint"
     assert "note" not in opt.param_groups[0] or opt.param_groups[0]["note"] != str(marker)

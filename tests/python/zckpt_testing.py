@@ -147,14 +147,15 @@ def save_hostile(path, module, name, arg, legacy=False):
     os.remove(tmp)
 
 
-def save_converted(obj, folder, name, **save_kwargs):
-    """torch.save(obj) as folder/name.pt, converted to folder/name.zckpt; returns both paths."""
+def save_converted(obj, folder, name, allow_globals=(), **save_kwargs):
+    """torch.save(obj) as folder/name.pt, converted to folder/name.zckpt (allow_globals: the
+    test's own classes the conversion may keep); returns both paths."""
     import zckpt
 
     pt = os.path.join(str(folder), name + ".pt")
     torch.save(obj, pt, **save_kwargs)
     dst = os.path.join(str(folder), name + ".zckpt")
-    zckpt.convert(pt, dst)
+    zckpt.convert(pt, dst, allow_globals=allow_globals)
     return pt, dst
 
 

@@ -10,6 +10,12 @@ Resume code calls:
 `load` replays the checkpoint's original pickle through torch's own unpickler (so
 `weights_only` keeps torch's meaning and torch rebuilds its own objects) while every storage
 comes from zckpt's streaming loader, straight onto its destination device, checksums checked.
+
+No pickle reaches an unpickler that executes it before zckpt's own interpreter has vetted it:
+every global it names must be on zckpt's allowlist of data globals (torch's tensors, storages
+and dtypes, collections, numpy arrays, DTensor/ShardedTensor metadata, ...) or be allowed by the
+caller by name (`allow_globals=[...]` on load, load_into, convert and export; `--allow-global`
+on the command line), and it must describe the same tensors as the container's index.
 """
 from ._api import (  # noqa: F401
     CorruptError,

@@ -1,5 +1,6 @@
 """The public functions of the zckpt package (see __init__.py)."""
 import os
+import pickle
 
 import torch
 
@@ -19,6 +20,59 @@ def _path(f):
     raise TypeError(f"zckpt works on paths, not {type(f).__name__}")
 
 
+def _global_name(g):
+    """'module.name' of an allow_globals entry: the string itself, or a class/function's own."""
+    if isinstance(g, str):
+        return g
+    module, name = getattr(g, "__module__", None), getattr(g, "__qualname__", None)
+    if not module or not name:
+        raise TypeError(f"allow_globals takes 'module.name' strings, classes and functions, not {g!r}")
+    return f"{module}.{name}"
+
+
+def _allowed(allow_globals, weights_only=False):
+    """The globals ('module.name') a pickle may name besides zckpt's allowlist: what the caller
+    lists and, for a weights-only load, what the caller registered with torch as safe globals
+    (torch.serialization.add_safe_globals / safe_globals)."""
+    if isinstance(allow_globals, (str, bytes)):
+        raise TypeError("allow_globals takes a list of names, not one string")
+    names = [_global_name(g) for g in allow_globals]
+    if weights_only:
+        for g in torch.serialization.get_safe_globals():
+            if isinstance(g, tuple):  # (obj, "module.name")
+                names.append(g[1])
+            else:
+                names.append(_global_name(g))
+    return names
+
+
+class _CallerError(Exception):
+    """An exception raised by the caller's own map_location, carried through the unpickler."""
+
+    def __init__(self, original):
+        super().__init__(str(original))
+        self.original = original
+
+
+def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy):
+    """torch's unpickler over the (already vetted) pickle. Its failures become CorruptError
+    naming the file, except a weights-only refusal, which stays torch's pickle.UnpicklingError
+    as torch.load raises it, and errors of the caller's own map_location."""
+    try:
+        return unpickle(pickle_bytes, storage_for_key, weights_only, legacy)
+    except _CallerError as e:
+        raise e.original
+    except pickle.UnpicklingError:
+        if weights_only:
+            raise
+        raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler") from None
+    except (ZckptError, MemoryError):
+        raise
+    except Exception as e:  # AssertionError, EOFError, UnicodeDecodeError, KeyError, ...
+        raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler: "
+                           f"{type(e).__name__}: {e}") from e
+
+
 def _target_device(map_location, location):
     """Where a storage saved at `location` goes; None means 'ask the callable after a CPU load'."""
     if map_location is None:
@@ -32,22 +86,43 @@ def _target_device(map_location, location):
     raise TypeError(f"map_location must be None, a str, a torch.device, a dict or a callable, not {map_location!r}")
 
 
-def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True):
+def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, allow_globals=()):
     """Returns what torch.load returns for the original .pt file.
 
     Storages stream from the container onto their device (map_location as torch.load accepts
-    it), each chunk's checksum checked unless verify=False. mmap=True gives CPU tensors that
-    alias the file (copy-on-write), reading nothing up front.
+    it), each chunk's checksum checked unless verify=False.
+
+    Nothing from the file runs before zckpt has vetted it: the kept pickle is first read by
+    zckpt's own interpreter, which refuses (UnsafeError, naming the global and its offset) any
+    global off its allowlist of data globals unless listed in allow_globals ('module.name'
+    strings, or the classes themselves) or, with weights_only=True, registered with torch as a
+    safe global; globals that could run code are refused whatever is listed. It must also
+    describe the same storages and tensors as the container's index (CorruptError otherwise).
+    Only then is it replayed through torch's unpickler (weights_only keeps torch's meaning).
+
+    mmap=True gives CPU tensors that alias the file (copy-on-write). With verify=True (the
+    default) every byte of the file is checked first, as zckpt.verify does, so a flipped bit
+    raises CorruptError before anything is returned (this reads the file once); pass
+    verify=False for a load that reads nothing up front and checks nothing. As with
+    torch.load(mmap=True), the views show the file as it is when their pages are first read.
+
+    Errors: ZckptError and its subclasses, each naming the file: UnsafeError (a refused
+    global), CorruptError (damaged, inconsistent or malformed file); pickle.UnpicklingError
+    when weights_only=True refuses what torch.load(weights_only=True) refuses.
     """
     path = _path(f)
     info = _C.describe(path)
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
-    pickle_bytes = _C.read_blob(path, "data.pkl")
+    pickle_bytes = _C.vetted_pickle(path, _allowed(allow_globals, weights_only))
     locations = {s["key"]: s["location"] for s in info["storages"]}
 
     if mmap:
         if map_location not in (None, "cpu", torch.device("cpu")):
             raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
+        if verify:
+            problems = _C.verify(path, 0)
+            if problems:
+                raise CorruptError("\n".join(problems))
         raw = _C.map_storages(path)
     else:
         devices = {}
@@ -65,13 +140,16 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True):
             raise CorruptError(f"{path}: the pickle names storage '{key}', which the container does not hold")
         untyped = raw[key].untyped_storage()
         if callable(map_location) and not isinstance(map_location, (str, torch.device, dict)):
-            moved = map_location(untyped, location)
+            try:
+                moved = map_location(untyped, location)
+            except Exception as e:  # the caller's own error, not the file's
+                raise _CallerError(e) from e
             if moved is not None:
                 untyped = moved if isinstance(moved, torch.UntypedStorage) else moved.untyped_storage()
         restored[key] = untyped
         return untyped
 
-    return unpickle(pickle_bytes, storage_for_key, weights_only=weights_only, legacy=legacy)
+    return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy)
 
 
 def _named_tensors(target):
@@ -96,15 +174,15 @@ def _named_tensors(target):
     raise TypeError(f"load_into takes an nn.Module, an optimizer or a state dict, not {type(target).__name__}")
 
 
-def _saved_param_groups(path, optimizer, weights_only):
+def _saved_param_groups(path, optimizer, weights_only, allowed):
     """The saved param_groups (lr, betas, ...), checked against the optimizer's groups.
 
-    The kept pickle is replayed with every storage on the meta device: no tensor memory at all,
-    and through torch's weights-only unpickler unless the caller says otherwise, so nothing the
-    file names runs."""
-    pickle_bytes = _C.read_blob(path, "data.pkl")
-    meta = unpickle(pickle_bytes, lambda key, loc, dtype: torch.UntypedStorage(0, device="meta"),
-                    weights_only=weights_only, legacy=False)
+    The kept pickle is vetted by zckpt's interpreter, then replayed with every storage on the
+    meta device: no tensor memory at all, and through torch's weights-only unpickler unless the
+    caller says otherwise, so nothing the file names runs."""
+    pickle_bytes = _C.vetted_pickle(path, allowed)
+    meta = _replay(path, pickle_bytes, lambda key, loc, dtype: torch.UntypedStorage(0, device="meta"),
+                   weights_only, False)
     saved_groups = meta.get("param_groups", []) if isinstance(meta, dict) else []
     if len(saved_groups) != len(optimizer.param_groups):
         raise ValueError(f"{path}: {len(saved_groups)} param groups saved, optimizer has "
@@ -123,13 +201,14 @@ def _restore_param_groups(optimizer, saved_groups):
                 group[k] = v
 
 
-def load_into(f, target, strict=True, *, verify=True, weights_only=True):
+def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_globals=()):
     """Copies the checkpoint's tensors into existing tensors, in place, on whatever device each
     lives on: every data_ptr() stays. dtype and shape are checked for every target before the
     first byte moves. strict=True refuses missing and unexpected names, as load_state_dict does.
     Returns (missing, unexpected) names. An optimizer must already hold its state tensors (after
     one step, or a previous load); its param_groups' hyper-parameters are restored too, read with
-    torch's weights-only unpickler unless weights_only=False.
+    torch's weights-only unpickler unless weights_only=False. The kept pickle is vetted and
+    checked against the index first, as by load (allow_globals likewise).
 
     Only live tensors are written, never a copy: a module's targets must share memory with its own
     parameters and buffers (else ZckptError naming the file and the entry), an optimizer's are
@@ -142,39 +221,47 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True):
     an FSDP1 fallback to FSDP's load_state_dict (a needed rank file missing) costs model/W + the
     largest parameter."""
     path = _path(f)
+    allowed = _allowed(allow_globals, weights_only)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
-        return load_into_fsdp1(path, target, strict, verify, weights_only)
+        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed)
     named = resolve(path, target, _named_tensors(target))
     saved_groups = None
     if isinstance(target, torch.optim.Optimizer):
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
-        saved_groups = _saved_param_groups(path, target, weights_only)
+        saved_groups = _saved_param_groups(path, target, weights_only, allowed)
     with torch.no_grad():
-        missing, unexpected = _C.load_into(path, named, strict, verify)
+        missing, unexpected = _C.load_into(path, named, strict, verify, allowed)
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected
 
 
-def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0):
-    """Converts a torch.save file to a container (no Python code from the file runs).
+def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0, allow_globals=()):
+    """Converts a torch.save file to a container (no Python code from the file runs): its
+    pickle's globals must be on zckpt's allowlist of data globals or in allow_globals
+    ('module.name' strings or the classes themselves); UnsafeError otherwise.
     Returns a dict of statistics."""
     src = _path(src)
-    return _C.convert(src, _path(dst) if dst is not None else "", chunk_bytes, zstd_level, threads)
+    return _C.convert(src, _path(dst) if dst is not None else "", chunk_bytes, zstd_level, threads,
+                      _allowed(allow_globals))
 
 
-def export(src, dst, *, format=None):
+def export(src, dst, *, format=None, allow_globals=()):
     """Writes a container back as a .pt file that torch.load reads (format="pt"), or as a
-    .safetensors file (format="safetensors"; the default when dst ends in .safetensors)."""
+    .safetensors file (format="safetensors"; the default when dst ends in .safetensors). The
+    object pickle (every pickle torch.load will read) is vetted first (allowlist plus
+    allow_globals, checked against the index), and the archive is checked complete and safe to
+    unpack."""
     dst = _path(dst)
     if format is None:
         format = "safetensors" if dst.endswith(".safetensors") else "pt"
-    _C.export(_path(src), dst, format)
+    _C.export(_path(src), dst, format, _allowed(allow_globals))
 
 
 def verify(path, *, threads=0, raise_on_error=True):
-    """Checks every byte of a container. Returns the list of problems (empty when good);
-    with raise_on_error, raises CorruptError listing them instead."""
+    """Checks every byte of a container, and that its kept pickle is readable, names no
+    code-running global and describes the same tensors as its index. Returns the list of
+    problems (empty when good); with raise_on_error, raises CorruptError listing them instead."""
     problems = _C.verify(_path(path), threads)
     if problems and raise_on_error:
         raise CorruptError("\n".join(problems))

@@ -202,8 +202,9 @@ def _agree(units, status, device):
     return int(t.item())
 
 
-def load_into_fsdp1(path, model, strict, verify, weights_only):
-    """zckpt.load_into for a module holding FSDP1 units (see the module docstring).
+def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=()):
+    """zckpt.load_into for a module holding FSDP1 units (see the module docstring). `allowed`:
+    globals the files' pickles may name besides zckpt's allowlist (every file read is vetted).
     Returns (missing, unexpected)."""
     units = _units(model)
     own = records(path)
@@ -260,18 +261,18 @@ def load_into_fsdp1(path, model, strict, verify, weights_only):
         raise _C.ZckptError(f"{path}: another rank refused its checkpoint file; nothing was loaded")
     if agreed == _NEEDS_FALLBACK:
         why = plan.fallback_why or "another rank cannot read the rows it needs in place"
-        fsdp_fallback(path, model, strict, verify, why)
+        fsdp_fallback(path, model, strict, verify, why, allowed)
         return missing, unexpected
     with torch.no_grad():
         # Buffers and unmanaged parameters first: checked (shape, dtype) before any byte moves.
         if plain:
-            _C.load_into(path, [(n, t.detach()) for n, t in plain if n in own], False, verify)
+            _C.load_into(path, [(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed))
         for file, ranges in plan.ranges.items():
-            _C.load_ranges(file, ranges, verify)
+            _C.load_ranges(file, ranges, verify, list(allowed))
     return missing, unexpected
 
 
-def fsdp_fallback(path, model, strict, verify, why):
+def fsdp_fallback(path, model, strict, verify, why, allowed=()):
     """FSDP's own load: this rank's saved shards are streamed into fresh tensors, wrapped as the
     ShardedTensors FSDP saved (the file's shard offsets and sizes), and handed to
     model.load_state_dict under SHARDED_STATE_DICT, which all-gathers each parameter and keeps
@@ -293,7 +294,7 @@ def fsdp_fallback(path, model, strict, verify, why):
     rank = torch.distributed.get_rank(pg)
     local = {n: torch.empty(r.shape, dtype=getattr(torch, r.dtype)) for n, r in own.items()
              if not r.flags & FLAG_INTERNAL}
-    _C.load_into(path, list(local.items()), False, verify)
+    _C.load_into(path, list(local.items()), False, verify, list(allowed))
     state = {}
     for name in sorted(local):
         rec = own[name]

@@ -17,6 +17,7 @@ _lock = threading.Lock()
 _original = None  # torch.load before the first patch
 _folders = {}
 _log = None
+_allow = ()  # allow_globals for every redirected load
 
 
 def _candidate(path):
@@ -73,7 +74,8 @@ def _patched_load(f, map_location=None, pickle_module=None, *, weights_only=None
             weights_only = _weights_only(weights_only)
             if _log is not None:
                 _log(os.fspath(f), container)
-            return load(container, map_location=map_location, weights_only=weights_only, mmap=bool(mmap))
+            return load(container, map_location=map_location, weights_only=weights_only, mmap=bool(mmap),
+                        allow_globals=_allow)
         if container is not None:
             warnings.warn(f"zckpt: {container} is older than, or not converted from, {os.fspath(f)}: "
                           f"reading the .pt with torch.load", stacklevel=2)
@@ -82,43 +84,46 @@ def _patched_load(f, map_location=None, pickle_module=None, *, weights_only=None
     return original(f, map_location=map_location, weights_only=weights_only, mmap=mmap, **kwargs)
 
 
-def patch_torch_load(folders=None, *, log=None):
+def patch_torch_load(folders=None, *, log=None, allow_globals=()):
     """Makes torch.load read a `.zckpt` in place of the `.pt` it was converted from.
 
     `folders`: {pt_folder: zckpt_folder} where converted folders live apart (`zckpt convert DIR -o
     OUT`): a .pt under pt_folder is looked for under zckpt_folder at the same relative path,
     then next to itself. `log(pt_path, zckpt_path)` is called for each redirected load.
     Calls that pass a file object, pickle_module or other torch-only arguments, and paths with
-    no container (or a container older than its .pt), go to torch.load unchanged."""
-    global _original, _folders, _log
+    no container (or a container older than its .pt), go to torch.load unchanged. A redirected
+    load is zckpt.load, so its pickle is vetted first: `allow_globals` are the globals it may name
+    besides zckpt's allowlist (a refused one raises zckpt.UnsafeError, never falls back)."""
+    global _original, _folders, _log, _allow
     with _lock:
         if _original is None:
             _original = torch.load
             torch.load = _patched_load
         _folders = {os.path.abspath(k): os.path.abspath(v) for k, v in (folders or {}).items()}
         _log = log
+        _allow = tuple(allow_globals)
 
 
 def unpatch_torch_load():
     """Restores torch.load as it was before patch_torch_load."""
-    global _original, _folders, _log
+    global _original, _folders, _log, _allow
     with _lock:
         if _original is not None:
             torch.load = _original
             _original = None
-        _folders, _log = {}, None
+        _folders, _log, _allow = {}, None, ()
 
 
 @contextlib.contextmanager
-def torch_load_from_zckpt(folders=None, *, log=None):
+def torch_load_from_zckpt(folders=None, *, log=None, allow_globals=()):
     """patch_torch_load for the duration of a with block (not re-entrant across threads)."""
     was_patched = _original is not None
-    saved = (dict(_folders), _log)
-    patch_torch_load(folders, log=log)
+    saved = (dict(_folders), _log, _allow)
+    patch_torch_load(folders, log=log, allow_globals=allow_globals)
     try:
         yield
     finally:
         if was_patched:
-            patch_torch_load(saved[0], log=saved[1])
+            patch_torch_load(saved[0], log=saved[1], allow_globals=saved[2])
         else:
             unpatch_torch_load()
