@@ -64,6 +64,7 @@ class Converter {
   void ConvertZip(const std::shared_ptr<const MappedFile>& file) {
     stats_.source_format = "zip";
     pt::TorchArchive archive(file);
+    CheckArchiveNames(archive);
     pickle::UnpickleResult tree = pickle::Unpickle(archive.Record(convert::kObjectPickleBlob), PickleOptions());
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     BeginProgress(model.storages);
@@ -89,6 +90,21 @@ class Converter {
     writer_.SetMetadata(std::string(convert::kKeyFormat), "zip");
     writer_.SetMetadata(std::string(convert::kKeyPrefix), archive.prefix());
     writer_.SetMetadata(std::string(convert::kKeyRecords), convert::JoinRecords(archive.RecordNames()));
+  }
+
+  // What export will write back must be an archive torch.load reads and that unpacks where it
+  // should: refused here, rather than kept and refused at export.
+  static void CheckArchiveNames(const pt::TorchArchive& archive) {
+    if (!convert::IsPlainArchivePath(archive.prefix()))
+      throw Error(ErrorKind::kCorrupt, "the archive folder '" + archive.prefix() +
+                                           "' is no plain folder name ('.', '..', a backslash or a NUL)");
+    std::vector<std::string> names = archive.RecordNames();
+    for (const std::string& name : names)
+      if (!convert::IsPlainArchivePath(name))
+        throw Error(ErrorKind::kCorrupt, "record '" + archive.prefix() + "/" + name +
+                                             "' is no plain relative path ('..', '.', an empty part, a backslash or a NUL)");
+    if (!convert::HasVersionRecord(names))
+      throw Error(ErrorKind::kCorrupt, "no version record (torch.load refuses such an archive)");
   }
 
   void ConvertLegacy(const MappedFile& file) {

@@ -26,25 +26,6 @@ namespace {
 using convert::CheckedBlob;
 using convert::StreamStorage;
 
-// A name that unpacks inside the folder it is unpacked into: relative, '/'-separated, no empty,
-// `.` or `..` component, no backslash (a separator to some unzip tools) or NUL. Record names and
-// the prefix come from the container's metadata, which a forger writes. (Other bytes, a newline
-// included, are legal in a zip name and torch reads them.)
-bool SafeArchivePath(std::string_view name) {
-  if (name.empty() || name.front() == '/') return false;
-  for (char ch : name)
-    if (ch == '\0' || ch == '\\') return false;
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t end = name.find('/', start);
-    if (end == std::string_view::npos) end = name.size();
-    std::string_view part = name.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
 [[noreturn]] void Refuse(const Container& c, const std::string& what) {
   throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + what);
 }
@@ -64,7 +45,7 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
   if (!records && !c.FindBlob(convert::kObjectPickleBlob))
     throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to export");
   const std::string prefix = prefix_meta ? std::string(*prefix_meta) : std::string("archive");
-  if (!SafeArchivePath(prefix) || prefix.find('/') != std::string::npos)
+  if (!convert::IsPlainArchivePath(prefix) || prefix.find('/') != std::string::npos)
     Refuse(c, "metadata '" + std::string(convert::kKeyPrefix) + "' names the archive folder '" + prefix +
                   "', which is no plain folder name (absolute, '..', '.', a '/', a backslash or a NUL)");
 
@@ -89,23 +70,22 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
   // names something it does not hold, or a record torch.load would mistake, fails at once, not
   // after gigabytes.
   std::vector<std::optional<uint32_t>> storage_of(names.size());
-  bool has_pickle = false, has_version = false;
+  bool has_pickle = false;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
-    if (!SafeArchivePath(name))
+    if (!convert::IsPlainArchivePath(name))
       Refuse(c, named_by + " names the record '" + name +
                     "', which is no plain relative path (absolute, '..', '.', an empty part, a backslash or a NUL)");
     if (name == "constants.pkl")
       Refuse(c, named_by + " names 'constants.pkl', which would make torch.load read the archive as TorchScript (torch.jit.load)");
     has_pickle = has_pickle || name == convert::kObjectPickleBlob;
-    has_version = has_version || name == "version" || name == ".data/version";
     if (synthesized.count(name)) continue;
     if (name.rfind(convert::kStorageRecordPrefix, 0) == 0)
       storage_of[i] = c.FindStorage(std::string_view(name).substr(convert::kStorageRecordPrefix.size()));
     if (!storage_of[i] && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
   }
   if (!has_pickle) Refuse(c, named_by + " lacks 'data.pkl', without which torch.load refuses the archive");
-  if (!has_version) Refuse(c, named_by + " lacks 'version', without which torch.load refuses the archive");
+  if (!convert::HasVersionRecord(names)) Refuse(c, named_by + " lacks 'version', without which torch.load refuses the archive");
 
   // What torch.load will unpickle: vetted, and held against the index.
   convert::PickleReadOptions read;

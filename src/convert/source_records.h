@@ -36,4 +36,12 @@ inline constexpr std::string_view kStorageRecordPrefix = "data/";
 std::string JoinRecords(const std::vector<std::string>& names);
 std::vector<std::string> SplitRecords(std::string_view joined);
 
+// A record name (or the archive's folder) that unpacks inside the folder it is unpacked into:
+// relative, '/'-separated, no empty, `.` or `..` part, no backslash (a separator to some unzip
+// tools) or NUL. Other bytes, a newline included, are legal in a zip name and torch reads them.
+// Convert refuses sources, and export containers, whose names are not.
+bool IsPlainArchivePath(std::string_view name);
+// True when `names` hold the record without which torch.load refuses an archive.
+bool HasVersionRecord(const std::vector<std::string>& names);
+
 }  // namespace zckpt::convert

@@ -271,7 +271,7 @@ class Renderer {
 }  // namespace
 
 std::string Render(const Value* v, size_t max_depth, size_t max_chars, const RenderOverride& override) {
-  Renderer r(max_depth, max_chars, override);
+  Renderer r(std::min(max_depth, kMaxRenderDepth), max_chars, override);
   r.Node(v);
   return r.Take();
 }

@@ -101,10 +101,12 @@ const Value* DictGet(const Value* v, std::string_view key);
 //                               `.update({..})` for SETITEMs, `.__setstate__(s)` for BUILD.
 //   OrderedDict({'a': 1})       collections.OrderedDict() with SETITEMs (torch's state dicts)
 // A node already being rendered (a cycle) shows as [...], {...}, (...) or <...>; nesting deeper
-// than `max_depth` shows as `...`, and so does everything after the first `max_chars` characters
+// than `max_depth` (at most kMaxRenderDepth, whatever is asked: rendering recurses on the C++
+// stack) shows as `...`, and so does everything after the first `max_chars` characters
 // (memo sharing lets a few bytes of pickle describe an exponentially large rendering).
 // `override`, when given, may render a node itself: it appends to *out and returns true.
 using RenderOverride = std::function<bool(const Value*, std::string* out)>;
+inline constexpr size_t kMaxRenderDepth = 1000;
 std::string Render(const Value* v, size_t max_depth = 1000, size_t max_chars = size_t{1} << 24,
                    const RenderOverride& override = nullptr);
 

@@ -11,7 +11,7 @@
 //     --drop-metadata KEY         leave a metadata entry out
 //     --tensor NAME:FIELD=VALUE   change tensor NAME: offset=N, shape=A,B,..., stride=A,B,...,
 //                                 storage=KEY, dtype=NAME, flags=N, name=NEW
-// Exit 0 written, 1 the writer refused the result, 2 bad usage or unreadable source.
+// Exit 0 written; 1 a bad edit, or the writer refused the result; 2 the source could not be read.
 #include <cstdio>
 #include <cstdlib>
 #include <map>

@@ -12,6 +12,7 @@ import random
 import struct
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -263,3 +264,31 @@ def test_legacy_with_unsafe_global_is_refused(zckpt, tmp_path):
     src.write_bytes(data[:at] + evil + data[at + len(binunicode("x" * 6)):])
     run = refuse(zckpt, src, tmp_path / "out", codes=(1,))
     assert "refused global 'os.system'" in run.err, run.err
+
+
+def _archive_under(folder):
+    def make(base, dst):
+        with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_STORED) as out:
+            for name, data in zip_records(base).items():
+                out.writestr(f"{folder}/{name}", data)
+    return make
+
+
+# What export could not write back (names that unpack outside their folder, an archive torch.load
+# refuses) is refused at convert, not kept and refused later.
+NOT_WRITABLE_BACK = {
+    "record_leaving_the_folder": (lambda base, dst: rewrite_zip(base, dst, add={"../evil": b"x"}), "'base/../evil'"),
+    "record_with_a_dot_part": (lambda base, dst: rewrite_zip(base, dst, add={"./x": b"x"}), "'base/./x'"),
+    "record_with_a_backslash": (lambda base, dst: rewrite_zip(base, dst, add={"a\\..\\x": b"x"}), "backslash"),
+    "archive_folder_dotdot": (_archive_under(".."), "archive folder '..'"),
+    "no_version_record": (lambda base, dst: rewrite_zip(base, dst, drop=("version",)), "no version record"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_WRITABLE_BACK))
+def test_archive_export_could_not_write_back_is_refused(case, base_pt, zckpt, tmp_path):
+    make, message = NOT_WRITABLE_BACK[case]
+    src = tmp_path / "odd.pt"
+    make(base_pt, src)
+    run = refuse(zckpt, src, tmp_path / "out", codes=(1,))
+    assert message in run.err, run.err

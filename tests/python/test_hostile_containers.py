@@ -8,9 +8,8 @@ through ContainerWriter, so every checksum of the result is right and only the s
 can catch it. Code execution is checked with a marker file: plain Python's pickle is shown to
 create it (the payload is live), then zckpt is shown not to.
 """
+import json
 import os
-import pickle
-import shutil
 import struct
 import subprocess
 import sys
@@ -159,7 +158,7 @@ def test_deep_pickle_in_a_forged_container_crashes_nothing(tmp_path, shared):
     r = run_cli("ls", deep)
     assert r.returncode == 0 and "nesting deeper than 1000" in r.stdout, r.stdout + r.stderr
     r = run_cli("ls", "--json", deep)
-    assert r.returncode == 0 and "nesting deeper than 1000" in __import__("json").loads(r.stdout)["pickle"]["error"]
+    assert r.returncode == 0 and "nesting deeper than 1000" in json.loads(r.stdout)["pickle"]["error"]
     r = run_cli("verify", deep)
     assert r.returncode == 1 and "nesting deeper than 1000" in r.stderr, r.stdout + r.stderr
     r = run_cli("load", deep)
@@ -217,7 +216,7 @@ def test_one_tensor_under_100k_equal_keys_converts_and_loads_in_seconds(tmp_path
     assert r.returncode == 0, r.stderr
     assert secs < 60, f"convert took {secs:.1f} s"
     r, secs = timed_cli("ls", "--json", dst, timeout=300)
-    names = [t["name"] for t in __import__("json").loads(r.stdout)["tensors"]]
+    names = [t["name"] for t in json.loads(r.stdout)["tensors"]]
     assert len(names) == n and names[:3] == ["w", "w~1", "w~2"] and names[-1] == f"w~{n - 1}"
     assert secs < 60, f"ls took {secs:.1f} s"
     t0 = time.monotonic()

@@ -71,12 +71,17 @@ def test_mapped_folder(tmp_path, patched):
 
 def test_weights_only_is_torch_loads(tmp_path, patched):
     obj = {"cfg": Config("x", 2), "w": torch.ones(2)}
-    pt, _ = save_converted(obj, tmp_path, "cfg")
+    pt, _ = save_converted(obj, tmp_path, "cfg", allow_globals=[Config])
+    # A class of the caller's own: zckpt's vetting refuses it unless the patch is told to allow
+    # it, whatever weights_only says (never a silent fall back to torch.load of the .pt).
+    with pytest.raises(zckpt.UnsafeError, match=r"zckpt_testing\.Config"):
+        torch.load(pt, weights_only=False)
+    zckpt.patch_torch_load(log=lambda p, z: patched.append((p, z)), allow_globals=[Config])
     with pytest.raises(pickle.UnpicklingError):
         torch.load(pt)  # weights_only defaults to True, as torch.load's
     got = torch.load(pt, weights_only=False)
     assert got["cfg"] == Config("x", 2) and torch.equal(got["w"], torch.ones(2))
-    assert len(patched) == 2
+    assert len(patched) == 3
 
 
 def test_mmap_and_map_location_pass_through(tmp_path, patched):
