@@ -371,13 +371,14 @@ def test_an_index_that_disagrees_with_the_pickle_is_refused_by_every_reader(tmp_
     for call in (lambda: zckpt.load(forged), lambda: zckpt.load(forged, mmap=True, verify=False),
                  lambda: zckpt.load_into(forged, {k: torch.zeros_like(v) for k, v in obj.items()}, strict=False),
                  lambda: _C.load_tree(forged), lambda: _C.load_tree(forged, map=True),
-                 lambda: zckpt.export(forged, tmp_path / "back.pt")):
+                 lambda: zckpt.export(forged, tmp_path / "back.pt"),
+                 lambda: zckpt.export(forged, tmp_path / "back.safetensors")):
         with pytest.raises(zckpt.CorruptError) as e:
             call()
         assert forged in str(e.value) and message in str(e.value)
     r = run_cli("load", forged)
     assert r.returncode == 1 and message in r.stderr, r.stderr
-    assert not (tmp_path / "back.pt").exists()
+    assert not (tmp_path / "back.pt").exists() and not (tmp_path / "back.safetensors").exists()
 
 
 def test_a_pickle_that_disagrees_with_the_index_is_refused(tmp_path, shared):
@@ -527,3 +528,21 @@ def test_malformed_pickles_raise_one_zckpt_error_naming_the_file(tmp_path, share
         with pytest.raises(zckpt.ZckptError) as e:
             zckpt.load(forged, weights_only=weights_only)
         assert isinstance(e.value, zckpt.CorruptError) and forged in str(e.value), repr(e.value)
+
+
+def test_ls_names_the_globals_load_and_export_will_need_allowed(tmp_path):
+    from zckpt_testing import Config
+
+    pt = tmp_path / "cfg.pt"
+    torch.save({"cfg": Config("x", 1), "w": torch.ones(2)}, pt)
+    path = str(tmp_path / "cfg.zckpt")
+    zckpt.convert(pt, path, allow_globals=[Config])
+    r = run_cli("ls", path)
+    assert r.returncode == 0 and "GLOBALS OFF THE ALLOWLIST" in r.stdout and "zckpt_testing.Config" in r.stdout
+    assert json.loads(run_cli("ls", "--json", path).stdout)["pickle"]["off_allowlist"] == ["zckpt_testing.Config"]
+    r = run_cli("export", path, "-o", tmp_path / "back.pt")
+    assert r.returncode == 1 and "--allow-global zckpt_testing.Config" in r.stderr, r.stderr
+    assert run_cli("export", path, "-o", tmp_path / "back.pt", "--allow-global", "zckpt_testing.Config").returncode == 0
+    r = run_cli("load", path)
+    assert r.returncode == 1 and "zckpt_testing.Config" in r.stderr, r.stderr
+    assert run_cli("load", path, "--allow-global", "zckpt_testing.Config").returncode == 0

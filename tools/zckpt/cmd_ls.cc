@@ -19,7 +19,10 @@ namespace {
 constexpr const char* kHelp =
     "usage: zckpt ls [--json] [--storages] FILE\n\n"
     "Lists the container's format version, tensors (name, dtype, shape, bytes), storages,\n"
-    "chunk and compression statistics, blobs and metadata. Reads the index only (no data).\n"
+    "chunk and compression statistics, blobs and metadata, and what the kept object pickle holds\n"
+    "besides tensors: other objects (never run), numpy values, and the globals off zckpt's\n"
+    "allowlist that convert, export and load refuse unless given --allow-global. Reads the index\n"
+    "and the pickle only (no data).\n"
     "--storages also lists every storage. Exit codes as for verify.\n";
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
