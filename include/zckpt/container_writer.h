@@ -64,7 +64,9 @@ class ContainerWriter {
   ContainerWriter& operator=(const ContainerWriter&) = delete;
 
   // A whole storage from memory. Returns its index. Keys are unique; untyped storages are uint8;
-  // the size is a multiple of the dtype's.
+  // the size is a multiple of the dtype's. Storages of 1 MiB or more are hashed and written from
+  // `bytes` itself (no copy), chunk by chunk; all of it is on its way to the file when this
+  // returns, and `bytes` is not read again.
   uint32_t AddStorage(const NewStorage& storage, std::span<const uint8_t> bytes);
   // A storage in pieces of any size; exactly `total_bytes` must be appended before EndStorage.
   // Only one storage is open at a time, and no blob may be added while one is open.

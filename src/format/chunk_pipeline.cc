@@ -21,8 +21,9 @@ ChunkPipeline::~ChunkPipeline() {
 }
 
 void ChunkPipeline::Process(ChunkJob& job) const {
-  job.raw_checksum = Checksum(job.raw.data(), job.raw.size());
-  job.compressed = zstd_level_ > 0 && CompressChunk(job.raw.data(), job.raw.size(), zstd_level_, &job.packed);
+  std::span<const uint8_t> in = job.input();
+  job.raw_checksum = Checksum(in.data(), in.size());
+  job.compressed = zstd_level_ > 0 && CompressChunk(in.data(), in.size(), zstd_level_, &job.packed);
   job.stored_checksum = job.compressed ? Checksum(job.packed.data(), job.packed.size()) : job.raw_checksum;
 }
 
@@ -56,6 +57,8 @@ std::unique_ptr<ChunkJob> ChunkPipeline::NewJob() {
   std::unique_ptr<ChunkJob> job = std::move(free_.back());
   free_.pop_back();
   job->raw.clear();
+  job->borrowed = {};
+  job->borrows = false;
   job->compressed = false;
   job->done = false;
   job->error = nullptr;
@@ -77,6 +80,16 @@ void ChunkPipeline::Submit(std::unique_ptr<ChunkJob> job) {
 
 void ChunkPipeline::Drain() {
   while (!in_flight_.empty()) SinkFront();
+}
+
+void ChunkPipeline::Abandon() noexcept {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (ChunkJob* job : work_) job->done = true;  // never started: nothing reads it
+    work_.clear();
+    for (const auto& job : in_flight_) done_cv_.wait(lock, [&] { return job->done; });
+  }
+  in_flight_.clear();
 }
 
 void ChunkPipeline::SinkFront() {

@@ -20,8 +20,11 @@
 namespace zckpt::format::internal {
 
 struct ChunkJob {
-  // Filled by the caller.
+  // Filled by the caller: the chunk's bytes in `raw`, or, with `borrows`, in caller memory
+  // `borrowed` that must stay valid until the job has reached the sink (or Abandon returned).
   std::vector<uint8_t> raw;
+  std::span<const uint8_t> borrowed;
+  bool borrows = false;
   uint32_t storage = 0;
   uint32_t alignment = 0;
   // Filled by the pipeline.
@@ -29,7 +32,8 @@ struct ChunkJob {
   bool compressed = false;
   uint64_t raw_checksum = 0, stored_checksum = 0;
 
-  std::span<const uint8_t> stored() const { return compressed ? std::span<const uint8_t>(packed) : raw; }
+  std::span<const uint8_t> input() const { return borrows ? borrowed : std::span<const uint8_t>(raw); }
+  std::span<const uint8_t> stored() const { return compressed ? std::span<const uint8_t>(packed) : input(); }
 
  private:
   friend class ChunkPipeline;
@@ -56,6 +60,9 @@ class ChunkPipeline {
   void Submit(std::unique_ptr<ChunkJob> job);
   // Hands every queued job to the sink.
   void Drain();
+  // Drops every queued job without handing it to the sink, once no worker reads it any more
+  // (jobs not started are never started): after an error, before borrowed memory goes away.
+  void Abandon() noexcept;
 
  private:
   void Process(ChunkJob& job) const;

@@ -27,6 +27,9 @@ namespace {
 
 [[noreturn]] void Invalid(const std::string& what) { throw Error(ErrorKind::kInvalidArgument, what); }
 
+// AddStorage reads storages at least this large in place instead of copying them into chunks.
+constexpr uint64_t kBorrowMinBytes = 1ull << 20;
+
 unsigned ResolveThreads(unsigned threads) {
   return threads ? threads : std::max(1u, std::thread::hardware_concurrency());
 }
@@ -72,7 +75,7 @@ struct ContainerWriter::Impl {
   void WriteChunk(const ChunkJob& job) {
     Pad(job.alignment);
     std::span<const uint8_t> stored = job.stored();
-    chunks.push_back({file.position(), stored.size(), job.raw.size(), job.stored_checksum, job.raw_checksum,
+    chunks.push_back({file.position(), stored.size(), job.input().size(), job.stored_checksum, job.raw_checksum,
                       job.storage, static_cast<uint8_t>(job.compressed ? Codec::kZstd : Codec::kNone)});
     file.Write(stored.data(), stored.size());
     stats.chunks++;
@@ -133,6 +136,37 @@ struct ContainerWriter::Impl {
         pipeline.Submit(std::move(filling));
       }
     }
+  }
+
+  // A whole storage from caller memory. Large ones are not copied: each chunk's job reads
+  // `bytes` in place (hashing, compressing, writing), and every job has reached the file before
+  // this returns, so `bytes` is free again. Small ones go through Append, as a pipeline drain per
+  // storage would cost more than copying them (state dicts of thousands of norms and biases).
+  uint32_t AddWhole(const NewStorage& s, std::span<const uint8_t> bytes) {
+    uint32_t index = Begin(s, bytes.size());
+    if (bytes.size() < kBorrowMinBytes) {
+      Append(bytes);
+      End();
+      return index;
+    }
+    try {
+      for (uint64_t off = 0; off < bytes.size(); off += options.chunk_bytes) {
+        std::unique_ptr<ChunkJob> job = pipeline.NewJob();
+        job->storage = index;
+        job->alignment = alignment;
+        job->borrows = true;
+        job->borrowed = bytes.subspan(off, std::min<uint64_t>(options.chunk_bytes, bytes.size() - off));
+        appended += job->borrowed.size();
+        submitted++;
+        pipeline.Submit(std::move(job));
+      }
+      End();
+      pipeline.Drain();
+    } catch (...) {
+      pipeline.Abandon();  // no worker may read `bytes` once the caller has it back
+      throw;
+    }
+    return index;
   }
 
   void End() {
@@ -264,12 +298,7 @@ ContainerWriter::ContainerWriter(const std::string& destination, const WriterOpt
 ContainerWriter::~ContainerWriter() = default;
 
 uint32_t ContainerWriter::AddStorage(const NewStorage& storage, std::span<const uint8_t> bytes) {
-  return impl_->Run([&] {
-    uint32_t index = impl_->Begin(storage, bytes.size());
-    impl_->Append(bytes);
-    impl_->End();
-    return index;
-  });
+  return impl_->Run([&] { return impl_->AddWhole(storage, bytes); });
 }
 
 uint32_t ContainerWriter::BeginStorage(const NewStorage& storage, uint64_t total_bytes) {

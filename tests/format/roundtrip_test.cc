@@ -216,10 +216,11 @@ TEST(RoundTrip, BlobsAndMetadata) {
   ExpectVerifies(*c);
 }
 
-// Pieces of any size re-chunk into the same file as one AddStorage call, whatever the number of
+// Pieces of any size re-chunk into the same file as one AddStorage call (which, over 1 MiB,
+// hashes and writes the caller's bytes in place instead of copying them), whatever the number of
 // threads: the writer's output is deterministic.
 TEST(RoundTrip, PiecesOfOddSizesGiveTheSameFile) {
-  auto data = PatternBytes(50 * 4096 + 77);
+  auto data = PatternBytes(300 * 4096 + 77);
   auto noise = RandomBytes(data.size(), 5);
   for (size_t i = 0; i < data.size(); i += 3) data[i] = noise[i];  // compressible, but not trivially
   auto build = [&](unsigned threads, bool pieces) {

@@ -2,6 +2,11 @@
 // (kIo), and in every case no file at the destination and no temporary file left behind.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+
 #include "common/atomic_file.h"
 #include "format_test_util.h"
 #include "test_util.h"
@@ -199,6 +204,38 @@ TEST(Writer, WriteErrorsAreIoAndLeaveNothing) {
       EXPECT_TRUE(Container::Open(dir.File("x.zckpt"))->Verify().ok());
       break;
     }
+    EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{});
+  }
+}
+
+// AddStorage of a large storage reads the caller's bytes in place from worker threads; when a
+// write fails half-way, no worker may touch them once AddStorage has thrown (the caller frees
+// them at once here; ASan in CI sees a late read).
+TEST(Writer, FailedAddStorageReleasesTheCallersBytes) {
+  for (int fail_at = 1; fail_at <= 4; ++fail_at) {
+    SCOPED_TRACE(fail_at);
+    TempDir dir;
+    WriterOptions o;
+    o.chunk_bytes = 64 << 10;
+    o.threads = 4;
+    std::optional<ContainerWriter> w;
+    w.emplace(dir.File("x.zckpt"), o);
+    bool failed = false;
+    {
+      auto data = std::make_unique<std::vector<uint8_t>>(RandomBytes(8 << 20, 4));
+      SetAtomicFileFailAfterWrites(fail_at);
+      try {
+        w->AddStorage({"a"}, *data);
+      } catch (const Error& e) {
+        failed = true;
+        EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+      }
+      SetAtomicFileFailAfterWrites(0);
+    }  // the bytes are gone
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(failed);
+    EXPECT_THROW(w->Commit(), Error);
+    w.reset();
     EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{});
   }
 }
