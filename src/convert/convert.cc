@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cctype>
 #include <string>
-#include <unordered_set>
 
 #include "common/mapped_file.h"
 #include "convert/file_names.h"
 #include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "convert/source_records.h"
+#include "convert/zip_container.h"
 #include "pickle/legacy.h"
 #include "pickle/torch_model.h"
 #include "pickle/torch_save_pickle.h"
@@ -61,6 +61,30 @@ class Converter {
   }
 
  private:
+  // The archive's side of convert::ZipParts: records as views of the mapping, storages checked
+  // against the pickle's claim and streamed in pieces.
+  class ArchiveParts final : public convert::ZipParts {
+   public:
+    ArchiveParts(Converter& c, const pt::TorchArchive& archive, const MappedFile& file)
+        : c_(c), archive_(archive), file_(file) {}
+    std::span<const uint8_t> Record(const std::string& name) override { return archive_.Record(name); }
+    void WriteStorage(const pickle::TorchStorage& s, ContainerWriter& writer) override {
+      std::span<const uint8_t> bytes = archive_.StorageRecord(s.key);
+      if (bytes.size() != s.nbytes) {
+        throw Error(ErrorKind::kCorrupt, "record data/" + s.key + " holds " + std::to_string(bytes.size()) +
+                                             " bytes but the pickle claims " + std::to_string(s.nbytes) + " (" +
+                                             std::to_string(s.numel) + " x " + std::string(DTypeName(s.dtype)) + ")");
+      }
+      (void)writer;  // the converter's own writer
+      c_.AddStorage(convert::StorageRecordOf(s), bytes, file_);
+    }
+
+   private:
+    Converter& c_;
+    const pt::TorchArchive& archive_;
+    const MappedFile& file_;
+  };
+
   void ConvertZip(const std::shared_ptr<const MappedFile>& file) {
     stats_.source_format = "zip";
     pt::TorchArchive archive(file);
@@ -68,28 +92,10 @@ class Converter {
     pickle::UnpickleResult tree = pickle::Unpickle(archive.Record(convert::kObjectPickleBlob), PickleOptions());
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     BeginProgress(model.storages);
-
-    std::unordered_set<std::string> storage_records;
-    for (const pickle::TorchStorage& s : model.storages) {
-      std::span<const uint8_t> bytes = archive.StorageRecord(s.key);
-      if (bytes.size() != s.nbytes) {
-        throw Error(ErrorKind::kCorrupt, "record data/" + s.key + " holds " + std::to_string(bytes.size()) +
-                                             " bytes but the pickle claims " + std::to_string(s.nbytes) + " (" +
-                                             std::to_string(s.numel) + " x " + std::string(DTypeName(s.dtype)) + ")");
-      }
-      AddStorage(s.key, s.location, s.dtype, s.untyped, bytes, *file);
-      storage_records.insert(std::string(convert::kStorageRecordPrefix) + s.key);
-    }
-    AddTensors(model);
-    // Every other record (data.pkl, byteorder, version, ..., and storage records no tensor
-    // references) is kept verbatim, and the archive order with it, so export gives it back.
-    for (const pt::TorchRecord& r : archive.records()) {
-      if (storage_records.count(r.name)) continue;
-      writer_.AddBlob(r.name, archive.Record(r.name));
-    }
-    writer_.SetMetadata(std::string(convert::kKeyFormat), "zip");
-    writer_.SetMetadata(std::string(convert::kKeyPrefix), archive.prefix());
-    writer_.SetMetadata(std::string(convert::kKeyRecords), convert::JoinRecords(archive.RecordNames()));
+    ArchiveParts parts(*this, archive, *file);
+    convert::ZipCounts counts =
+        convert::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts);
+    stats_.tensors = counts.tensors;  // storages are counted by AddStorage
   }
 
   // What export will write back must be an archive torch.load reads and that unpacks where it
@@ -114,9 +120,9 @@ class Converter {
     BeginProgress(layout.model.storages);
     // Data-section order, so export rebuilds the file byte for byte.
     for (const pickle::LegacyStorage& s : layout.storages) {
-      AddStorage(s.key, s.location, s.dtype, /*untyped=*/false, bytes.subspan(s.data_offset, s.nbytes), file);
+      AddStorage(NewStorage{s.key, s.location, s.dtype, /*untyped=*/false}, bytes.subspan(s.data_offset, s.nbytes), file);
     }
-    AddTensors(layout.model);
+    stats_.tensors = convert::AddTensorRecords(writer_, layout.model);
     writer_.AddBlob(std::string(convert::kLegacyHeaderBlob), bytes.subspan(0, layout.header_end));
     writer_.AddBlob(std::string(convert::kObjectPickleBlob),
                     bytes.subspan(layout.object_pickle_offset, layout.object_pickle_size));
@@ -151,9 +157,9 @@ class Converter {
       const safetensors::TensorEntry& t = header.tensors[i];
       if (s.key != dict[i].storage_key || s.nbytes != t.bytes())  // the pickle writer's own promise
         throw Error(ErrorKind::kCorrupt, "safetensors: tensor '" + t.name + "' does not match its storage");
-      AddStorage(s.key, s.location, s.dtype, s.untyped, bytes.subspan(header.data_offset + t.begin, t.bytes()), file);
+      AddStorage(convert::StorageRecordOf(s), bytes.subspan(header.data_offset + t.begin, t.bytes()), file);
     }
-    AddTensors(model);
+    stats_.tensors = convert::AddTensorRecords(writer_, model);
     writer_.AddBlob(std::string(convert::kObjectPickleBlob), pkl_bytes);
     writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), bytes.subspan(8, header.header_bytes));
     writer_.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
@@ -177,9 +183,7 @@ class Converter {
     if (options_.progress) options_.progress(done_, total_);
   }
 
-  void AddStorage(const std::string& key, const std::string& location, DType dtype, bool untyped,
-                  std::span<const uint8_t> bytes, const MappedFile& file) {
-    NewStorage ns{key, location, dtype, untyped};
+  void AddStorage(const NewStorage& ns, std::span<const uint8_t> bytes, const MappedFile& file) {
     writer_.BeginStorage(ns, bytes.size());
     for (uint64_t off = 0; off < bytes.size(); off += kPieceBytes) {
       if (options_.cancel && options_.cancel->load()) throw Error(ErrorKind::kCancelled, "conversion cancelled");
@@ -191,24 +195,6 @@ class Converter {
     }
     writer_.EndStorage();
     stats_.storages++;
-  }
-
-  void AddTensors(const pickle::TorchPickle& model) {
-    for (const pickle::TorchTensor& t : model.tensors) {
-      if (t.storage_offset < 0)
-        throw Error(ErrorKind::kCorrupt, "tensor '" + t.name + "' has a negative storage offset");
-      NewTensor nt;
-      nt.name = t.name;
-      nt.storage = static_cast<uint32_t>(t.storage);
-      nt.dtype = t.dtype;
-      nt.shape = t.shape;
-      nt.stride = t.stride;
-      nt.storage_offset = static_cast<uint64_t>(t.storage_offset);
-      nt.flags = convert::IndexFlags(t);
-      nt.extra = t.extra;
-      writer_.AddTensor(nt);
-      stats_.tensors++;
-    }
   }
 
   std::string source_;

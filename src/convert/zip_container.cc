@@ -1,0 +1,60 @@
+#include "convert/zip_container.h"
+
+#include <unordered_set>
+
+#include "convert/object_pickle.h"
+#include "convert/source_records.h"
+#include "zckpt/error.h"
+
+namespace zckpt::convert {
+
+NewStorage StorageRecordOf(const pickle::TorchStorage& s) { return NewStorage{s.key, s.location, s.dtype, s.untyped}; }
+
+uint64_t AddTensorRecords(ContainerWriter& writer, const pickle::TorchPickle& model) {
+  for (const pickle::TorchTensor& t : model.tensors) {
+    if (t.storage_offset < 0) throw Error(ErrorKind::kCorrupt, "tensor '" + t.name + "' has a negative storage offset");
+    NewTensor nt;
+    nt.name = t.name;
+    nt.storage = static_cast<uint32_t>(t.storage);
+    nt.dtype = t.dtype;
+    nt.shape = t.shape;
+    nt.stride = t.stride;
+    nt.storage_offset = static_cast<uint64_t>(t.storage_offset);
+    nt.flags = IndexFlags(t);
+    nt.extra = t.extra;
+    writer.AddTensor(nt);
+  }
+  return model.tensors.size();
+}
+
+ZipCounts WriteZipContainer(ContainerWriter& writer, const pickle::TorchPickle& model,
+                            const std::vector<std::string>& records, const std::string& prefix, ZipParts& parts) {
+  std::unordered_set<std::string> listed(records.begin(), records.end());
+  if (!listed.count(std::string(kObjectPickleBlob)))
+    throw Error(ErrorKind::kInvalidArgument, "the record list does not name " + std::string(kObjectPickleBlob));
+  std::unordered_set<std::string> storage_records;
+  for (const pickle::TorchStorage& s : model.storages) {
+    std::string name = std::string(kStorageRecordPrefix) + s.key;
+    if (!listed.count(name))
+      throw Error(ErrorKind::kInvalidArgument, "the record list does not name " + name + ", a storage of the pickle");
+    storage_records.insert(std::move(name));
+  }
+  ZipCounts counts;
+  for (const pickle::TorchStorage& s : model.storages) {
+    parts.WriteStorage(s, writer);
+    counts.storages++;
+  }
+  counts.tensors = AddTensorRecords(writer, model);
+  // Every other record (data.pkl, byteorder, version, ..., and storage records no tensor
+  // references) is kept verbatim, and the archive order with it, so export gives it back.
+  for (const std::string& name : records) {
+    if (storage_records.count(name)) continue;
+    writer.AddBlob(name, parts.Record(name));
+  }
+  writer.SetMetadata(std::string(kKeyFormat), "zip");
+  writer.SetMetadata(std::string(kKeyPrefix), prefix);
+  writer.SetMetadata(std::string(kKeyRecords), JoinRecords(records));
+  return counts;
+}
+
+}  // namespace zckpt::convert
