@@ -289,6 +289,9 @@ py::object LoadTree(const std::string& path, const std::string& device, bool map
 }
 
 }  // namespace
+
+void BindSave(py::module_& m);  // save_bindings.cc
+
 }  // namespace zckpt
 
 PYBIND11_MODULE(_C, m) {
@@ -323,4 +326,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
+  zckpt::BindSave(m);
 }

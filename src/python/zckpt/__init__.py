@@ -7,6 +7,11 @@ Resume code calls:
     zckpt.convert(src_pt, dst_zckpt), zckpt.export(src_zckpt, dst_pt), zckpt.verify(path)
     zckpt.patch_torch_load(folders=None)  # torch.load reads the .zckpt beside a .pt (undo: unpatch_torch_load)
 
+Training code writes containers directly (no .pt on the way):
+
+    zckpt.save(obj, path)                  # like torch.save; atomic
+    future = zckpt.async_save(obj, path)   # returns once the snapshot is taken
+
 `load` replays the checkpoint's original pickle through torch's own unpickler (so
 `weights_only` keeps torch's meaning and torch rebuilds its own objects) while every storage
 comes from zckpt's streaming loader, straight onto its destination device, checksums checked.
@@ -28,6 +33,7 @@ from ._api import (  # noqa: F401
     verify,
 )
 from ._patch import patch_torch_load, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
+from ._save import AsyncSaver, async_save, save  # noqa: F401
 
-__all__ = ["load", "load_into", "convert", "export", "verify", "ZckptError", "CorruptError", "UnsafeError",
-           "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt"]
+__all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
+           "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt"]
