@@ -38,7 +38,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def make_shard(path: str, target_bytes: int) -> dict:
-    """A Llama-like state_dict of about target_bytes; returns a description."""
+    """A Llama-like state_dict of about target_bytes saved at path; returns a description."""
+    import torch
+
+    sd, info = llama_state_dict(target_bytes)
+    torch.save(sd, path)
+    return info
+
+
+def llama_state_dict(target_bytes: int):
+    """(state_dict, description): Llama-like shapes, about target_bytes of tensors (also used by
+    bench_save.py)."""
     import collections
 
     import torch
@@ -70,8 +80,7 @@ def make_shard(path: str, target_bytes: int) -> dict:
         layer += 1
     add("model.norm.weight", (hidden,), torch.float32)
     add("lm_head.weight", (vocab, hidden), torch.bfloat16)
-    torch.save(sd, path)
-    return {"tensors": len(sd), "layers": layer, "tensor_bytes": total}
+    return sd, {"tensors": len(sd), "layers": layer, "tensor_bytes": total}
 
 
 def fsync_path(path):

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Save benchmark: zckpt.save against torch.save, safetensors and cp, in one run.
+
+Makes a Llama-like state dict of about --gib GiB (bench_convert's shapes), keeps it as a .pt
+each measuring process loads first, then runs every contender --rounds times, interleaved (a
+shuffled order each round), each run in a fresh process of its own, and reports medians:
+
+  zckpt.save          zckpt.save(sd, dst)                         (fsyncs: durable when it returns)
+  torch.save          torch.save(sd, dst); also + fsync(dst)      (torch does not fsync)
+  safetensors         safetensors.torch.save_file(sd, dst); also + fsync(dst)
+  torch.save+convert  torch.save(sd, tmp.pt) + zckpt.convert(tmp.pt, dst)   (the path zckpt.save replaces)
+  async_save          zckpt.AsyncSaver().save(sd, dst): time until it returns (blocking) and until
+                      its Future is done (full), with its buffer reused (the first call, which
+                      allocates it, is reported too), against copying the same storages into
+                      that buffer (faulted in): the snapshot's own copy alone (memcpy over up to
+                      8 threads) and one libc memcpy per storage on one thread (ctypes.memmove,
+                      "the snapshot's memcpy time"); 3 of each, interleaved, medians (its
+                      seconds: the median full time)
+  cp                  cp SAME dst && fsync(dst), SAME a file of the bytes zckpt.save writes, in
+                      the page cache as the state dict is in memory: the floor
+
+Peak RSS is read by each measuring process itself: VmHWM after the step minus VmRSS before it
+(the state dict already loaded; VmHWM reset through /proc/self/clear_refs), i.e. the memory the
+step added; cp's is its whole-process maximum (wait4). Every output is fsynced and deleted by
+the parent between runs (outside the timing), so no run pays for another's dirty pages.
+
+Targets (issue 17): zckpt.save >= 2x faster than torch.save, <= 1.2x cp; async blocking time <=
+the snapshot's memcpy time. The machine may be shared: compare ratios within one run.
+
+Usage: python tools/bench/bench_save.py [--gib 1] [--rounds 3] [--dir DIR] [--json]
+(run inside `meson devenv -C build` so `import zckpt` finds the build)
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_convert import fsync_path, llama_state_dict  # noqa: E402
+from bench_load import host_memory, reset_peak  # noqa: E402
+
+GIB = 1 << 30
+KINDS = ["zckpt.save", "torch.save", "safetensors", "torch.save+convert", "async_save", "cp"]
+
+
+# ---------------------------------------------------------------- child side (one measurement)
+
+
+def child(kind, src, dst):
+    import torch
+
+    sd = torch.load(src, weights_only=True)
+    storages = [t.untyped_storage() for t in sd.values()]
+    nbytes = sum(s.nbytes() for s in storages)
+    reset_peak()
+    before = host_memory()["VmRSS"]
+    out = {"kind": kind, "bytes": nbytes}
+    if kind == "zckpt.save":
+        import zckpt
+
+        t0 = time.perf_counter()
+        zckpt.save(sd, dst)
+        out["seconds"] = time.perf_counter() - t0
+    elif kind in ("torch.save", "safetensors"):
+        if kind == "torch.save":
+            write = torch.save
+        else:
+            from safetensors.torch import save_file as write
+        t0 = time.perf_counter()
+        write(sd, dst)
+        t1 = time.perf_counter()
+        fsync_path(dst)
+        out["seconds"], out["seconds_fsync"] = t1 - t0, time.perf_counter() - t0
+    elif kind == "torch.save+convert":
+        import zckpt
+
+        tmp = dst + ".pt"
+        t0 = time.perf_counter()
+        torch.save(sd, tmp)
+        zckpt.convert(tmp, dst)
+        out["seconds"] = time.perf_counter() - t0
+        os.remove(tmp)
+    elif kind == "async_save":
+        out.update(async_child(sd, storages, dst))
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    out["peak_rss_added"] = host_memory()["VmHWM"] - before
+    print(json.dumps(out))
+
+
+def async_child(sd, storages, dst, repeat=3):
+    """The first call (it allocates and faults in the buffer), then `repeat` rounds of: a call
+    with the buffer reused (blocking and full times), the snapshot's copy alone (its threaded
+    memcpy), and one libc memcpy per storage on one thread, into the same (faulted-in) buffer.
+    Medians."""
+    import ctypes
+
+    import torch
+    import zckpt
+
+    saver = zckpt.AsyncSaver()
+    out = {}
+    t0 = time.perf_counter()
+    fut = saver.save(sd, dst)
+    out["first_blocking"] = time.perf_counter() - t0
+    fut.result()
+    buf = saver._buffer
+    offset, spans = 0, []
+    for s in storages:
+        spans.append((offset, s, torch.empty(0, dtype=torch.uint8).set_(s)))
+        offset += -(-s.nbytes() // 64) * 64
+    dsts = [buf[off:off + s.nbytes()] for off, s, _ in spans]
+    srcs = [src for _, _, src in spans]
+    rounds = {"blocking": [], "seconds": [], "memcpy_snapshot": [], "memcpy_libc": []}
+    for _ in range(repeat):
+        os.remove(dst)
+        t0 = time.perf_counter()
+        fut = saver.save(sd, dst)
+        t1 = time.perf_counter()
+        fut.result()
+        rounds["blocking"].append(t1 - t0)
+        rounds["seconds"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        zckpt._C.copy_host_bytes(dsts, srcs)  # the snapshot's own copy, alone
+        rounds["memcpy_snapshot"].append(time.perf_counter() - t0)
+        base = buf.data_ptr()
+        t0 = time.perf_counter()
+        for off, s, _ in spans:
+            ctypes.memmove(base + off, s.data_ptr(), s.nbytes())
+        rounds["memcpy_libc"].append(time.perf_counter() - t0)
+    out.update({k: statistics.median(v) for k, v in rounds.items()})
+    out["buffer_bytes"] = saver.buffer_bytes
+    saver.close()
+    return out
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def run_child(kind, src, dst, same):
+    if kind == "cp":
+        # cp's own peak RSS from GNU time (wait4 here would count this process's pages, shared
+        # with the forked child until it execs cp).
+        timed = ["/usr/bin/time", "-f", "%M"] if os.access("/usr/bin/time", os.X_OK) else []
+        t0 = time.perf_counter()
+        p = subprocess.run(timed + ["cp", same, dst], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"cp failed: {p.stderr}")
+        fsync_path(dst)
+        seconds = time.perf_counter() - t0
+        rss = int(p.stderr.split()[-1]) * 1024 if timed else 0
+        return {"kind": kind, "seconds": seconds, "bytes": os.path.getsize(same), "peak_rss_total": rss}
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--src", src, "--dst", dst],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{kind} failed:\n{p.stdout}\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def settle(path):
+    """The run's output, durable and gone, and the disk given a moment, outside the timing."""
+    if os.path.exists(path):
+        fsync_path(path)
+        os.remove(path)
+    os.sync()
+    time.sleep(1)
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="working folder (default: a new temporary folder, removed after)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--src", help=argparse.SUPPRESS)
+    ap.add_argument("--dst", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args.child, args.src, args.dst)
+
+    import torch
+    import zckpt
+
+    work = args.dir or tempfile.mkdtemp(prefix="zckpt-bench-save-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        sd, info = llama_state_dict(int(args.gib * GIB))
+        src = os.path.join(work, "sd.pt")
+        torch.save(sd, src)
+        same = os.path.join(work, "same-bytes.zckpt")  # what zckpt.save writes, as cp's source
+        zckpt.save(sd, same)
+        del sd
+        dst = os.path.join(work, "out")
+        runs = {k: [] for k in KINDS}
+        rng = random.Random(17)
+        for r in range(args.rounds):
+            order = KINDS[:]
+            rng.shuffle(order)  # no contender always follows the same one (and its deleted file)
+            for kind in order:
+                runs[kind].append(run_child(kind, src, dst, same))
+                settle(dst)
+                print(f"round {r + 1}/{args.rounds} {kind}: {runs[kind][-1]['seconds']:.3f} s", file=sys.stderr)
+        report(runs, info, args, os.path.getsize(same))
+        if args.json:
+            print(json.dumps({"info": info, "runs": runs}, indent=1))
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(runs, info, args, file_bytes):
+    med = {k: median([r["seconds"] for r in v]) for k, v in runs.items()}
+    tensor_bytes = info["tensor_bytes"]
+    print(f"state dict: {tensor_bytes / GIB:.2f} GiB in {info['tensors']} tensors; container {file_bytes / GIB:.3f} GiB; "
+          f"{args.rounds} rounds, contenders interleaved, each run a fresh process; medians")
+    print(f"{'contender':<20} {'seconds':>8} {'GB/s':>6} {'vs torch.save':>13} {'vs cp':>6} {'peak RSS added':>15}")
+    for k in KINDS:
+        rss = median([r.get("peak_rss_added", r.get("peak_rss_total", 0)) for r in runs[k]])
+        note = " (whole cp process)" if k == "cp" else ""
+        print(f"{k:<20} {med[k]:>8.3f} {tensor_bytes / med[k] / 1e9:>6.2f} {med['torch.save'] / med[k]:>12.2f}x "
+              f"{med[k] / med['cp']:>5.2f}x {rss / 2**20:>12.0f} MiB{note}")
+    for k in ("torch.save", "safetensors"):
+        f = median([r["seconds_fsync"] for r in runs[k]])
+        print(f"{k + ' + fsync':<20} {f:>8.3f} {tensor_bytes / f / 1e9:>6.2f} {med['torch.save'] / f:>12.2f}x "
+              f"{f / med['cp']:>5.2f}x")
+    a = runs["async_save"]
+    blocking, mt, ml = (median([r[x] for r in a]) for x in ("blocking", "memcpy_snapshot", "memcpy_libc"))
+    first = median([r["first_blocking"] for r in a])
+    print(f"async_save: blocks {blocking:.3f} s (first call, allocating its buffer: {first:.3f} s), done after "
+          f"{med['async_save']:.3f} s; the same bytes copied alone: {mt:.3f} s (the snapshot's threaded memcpy), "
+          f"{ml:.3f} s (one libc memcpy per storage); buffer {median([r['buffer_bytes'] for r in a]) / GIB:.3f} GiB")
+    fsync_torch = median([r["seconds_fsync"] for r in runs["torch.save"]])
+    print(f"targets: >= 2x torch.save: {med['torch.save'] / med['zckpt.save']:.2f}x "
+          f"({fsync_torch / med['zckpt.save']:.2f}x vs torch.save + fsync); <= 1.2x cp: "
+          f"{med['zckpt.save'] / med['cp']:.2f}x; async blocking <= memcpy: {blocking / ml:.2f}x libc memcpy "
+          f"({blocking / mt:.2f}x the snapshot's own copy)")
+
+
+if __name__ == "__main__":
+    main()
