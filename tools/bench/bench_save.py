@@ -19,9 +19,12 @@ shuffled order each round), each run in a fresh process of its own, and reports 
   cp                  cp SAME dst && fsync(dst), SAME a file of the bytes zckpt.save writes, in
                       the page cache as the state dict is in memory: the floor
 
-Peak RSS is read by each measuring process itself: VmHWM after the step minus VmRSS before it
+Each measuring process saves twice, as a training loop does (the first save's output fsynced,
+deleted and synced in between): the second is the figure reported, the first is shown too
+("1st in process"; async_save: its first call, which also allocates its buffer, then three
+more, medians). Peak RSS is read by each measuring process itself: VmHWM after the step minus VmRSS before it
 (the state dict already loaded; VmHWM reset through /proc/self/clear_refs), i.e. the memory the
-step added; cp's is its whole-process maximum (wait4). Every output is fsynced and deleted by
+steps added; cp's is its whole-process maximum (wait4). Every output is fsynced and deleted by
 the parent between runs (outside the timing), so no run pays for another's dirty pages.
 
 Targets (issue 17): zckpt.save >= 2x faster than torch.save, <= 1.2x cp; async blocking time <=
@@ -53,7 +56,40 @@ KINDS = ["zckpt.save", "torch.save", "safetensors", "torch.save+convert", "async
 # ---------------------------------------------------------------- child side (one measurement)
 
 
+def one_run(kind, sd, dst):
+    """One timed save: {"seconds": ...} (and "seconds_fsync" for the writers that do not fsync)."""
+    import torch
+    import zckpt
+
+    out = {}
+    t0 = time.perf_counter()
+    if kind == "zckpt.save":
+        zckpt.save(sd, dst)
+    elif kind in ("torch.save", "safetensors"):
+        if kind == "torch.save":
+            torch.save(sd, dst)
+        else:
+            from safetensors.torch import save_file
+
+            save_file(sd, dst)
+        out["seconds"] = time.perf_counter() - t0
+        fsync_path(dst)
+        out["seconds_fsync"] = time.perf_counter() - t0
+        return out
+    elif kind == "torch.save+convert":
+        torch.save(sd, dst + ".pt")
+        zckpt.convert(dst + ".pt", dst)
+        os.remove(dst + ".pt")
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
 def child(kind, src, dst):
+    """Two saves in one process, as a training loop makes them: the first (its "first" figures)
+    and the second (the figures reported), the first's output fsynced, deleted and synced in
+    between (untimed)."""
     import torch
 
     sd = torch.load(src, weights_only=True)
@@ -62,35 +98,13 @@ def child(kind, src, dst):
     reset_peak()
     before = host_memory()["VmRSS"]
     out = {"kind": kind, "bytes": nbytes}
-    if kind == "zckpt.save":
-        import zckpt
-
-        t0 = time.perf_counter()
-        zckpt.save(sd, dst)
-        out["seconds"] = time.perf_counter() - t0
-    elif kind in ("torch.save", "safetensors"):
-        if kind == "torch.save":
-            write = torch.save
-        else:
-            from safetensors.torch import save_file as write
-        t0 = time.perf_counter()
-        write(sd, dst)
-        t1 = time.perf_counter()
-        fsync_path(dst)
-        out["seconds"], out["seconds_fsync"] = t1 - t0, time.perf_counter() - t0
-    elif kind == "torch.save+convert":
-        import zckpt
-
-        tmp = dst + ".pt"
-        t0 = time.perf_counter()
-        torch.save(sd, tmp)
-        zckpt.convert(tmp, dst)
-        out["seconds"] = time.perf_counter() - t0
-        os.remove(tmp)
-    elif kind == "async_save":
+    if kind == "async_save":
         out.update(async_child(sd, storages, dst))
     else:
-        raise SystemExit(f"unknown kind {kind}")
+        first = one_run(kind, sd, dst)
+        settle(dst)
+        out.update({"first_" + k: v for k, v in first.items()})
+        out.update(one_run(kind, sd, dst))
     out["peak_rss_added"] = host_memory()["VmHWM"] - before
     print(json.dumps(out))
 
@@ -111,6 +125,7 @@ def async_child(sd, storages, dst, repeat=3):
     fut = saver.save(sd, dst)
     out["first_blocking"] = time.perf_counter() - t0
     fut.result()
+    out["first_seconds"] = time.perf_counter() - t0
     buf = saver._buffer
     offset, spans = 0, []
     for s in storages:
@@ -120,7 +135,7 @@ def async_child(sd, storages, dst, repeat=3):
     srcs = [src for _, _, src in spans]
     rounds = {"blocking": [], "seconds": [], "memcpy_snapshot": [], "memcpy_libc": []}
     for _ in range(repeat):
-        os.remove(dst)
+        settle(dst)
         t0 = time.perf_counter()
         fut = saver.save(sd, dst)
         t1 = time.perf_counter()
@@ -147,16 +162,20 @@ def async_child(sd, storages, dst, repeat=3):
 def run_child(kind, src, dst, same):
     if kind == "cp":
         # cp's own peak RSS from GNU time (wait4 here would count this process's pages, shared
-        # with the forked child until it execs cp).
+        # with the forked child until it execs cp). Two copies, as the other contenders save twice.
         timed = ["/usr/bin/time", "-f", "%M"] if os.access("/usr/bin/time", os.X_OK) else []
-        t0 = time.perf_counter()
-        p = subprocess.run(timed + ["cp", same, dst], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SystemExit(f"cp failed: {p.stderr}")
-        fsync_path(dst)
-        seconds = time.perf_counter() - t0
+        seconds = []
+        for _ in range(2):
+            settle(dst)
+            t0 = time.perf_counter()
+            p = subprocess.run(timed + ["cp", same, dst], capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"cp failed: {p.stderr}")
+            fsync_path(dst)
+            seconds.append(time.perf_counter() - t0)
         rss = int(p.stderr.split()[-1]) * 1024 if timed else 0
-        return {"kind": kind, "seconds": seconds, "bytes": os.path.getsize(same), "peak_rss_total": rss}
+        return {"kind": kind, "first_seconds": seconds[0], "seconds": seconds[1], "bytes": os.path.getsize(same),
+                "peak_rss_total": rss}
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--src", src, "--dst", dst],
                        capture_output=True, text=True)
     if p.returncode != 0:
@@ -211,7 +230,8 @@ def main():
             for kind in order:
                 runs[kind].append(run_child(kind, src, dst, same))
                 settle(dst)
-                print(f"round {r + 1}/{args.rounds} {kind}: {runs[kind][-1]['seconds']:.3f} s", file=sys.stderr)
+                print(f"round {r + 1}/{args.rounds} {kind}: {runs[kind][-1]['seconds']:.3f} s "
+                      f"(1st in process {runs[kind][-1]['first_seconds']:.3f} s)", file=sys.stderr)
         report(runs, info, args, os.path.getsize(same))
         if args.json:
             print(json.dumps({"info": info, "runs": runs}, indent=1))
@@ -225,16 +245,19 @@ def report(runs, info, args, file_bytes):
     tensor_bytes = info["tensor_bytes"]
     print(f"state dict: {tensor_bytes / GIB:.2f} GiB in {info['tensors']} tensors; container {file_bytes / GIB:.3f} GiB; "
           f"{args.rounds} rounds, contenders interleaved, each run a fresh process; medians")
-    print(f"{'contender':<20} {'seconds':>8} {'GB/s':>6} {'vs torch.save':>13} {'vs cp':>6} {'peak RSS added':>15}")
+    print(f"{'contender':<20} {'seconds':>8} {'GB/s':>6} {'vs torch.save':>13} {'vs cp':>6} {'peak RSS added':>15} "
+          f"{'1st in process':>14}")
     for k in KINDS:
         rss = median([r.get("peak_rss_added", r.get("peak_rss_total", 0)) for r in runs[k]])
+        first = median([r["first_seconds"] for r in runs[k]])
         note = " (whole cp process)" if k == "cp" else ""
         print(f"{k:<20} {med[k]:>8.3f} {tensor_bytes / med[k] / 1e9:>6.2f} {med['torch.save'] / med[k]:>12.2f}x "
-              f"{med[k] / med['cp']:>5.2f}x {rss / 2**20:>12.0f} MiB{note}")
+              f"{med[k] / med['cp']:>5.2f}x {rss / 2**20:>11.0f} MiB {first:>12.3f} s{note}")
     for k in ("torch.save", "safetensors"):
         f = median([r["seconds_fsync"] for r in runs[k]])
+        first = median([r["first_seconds_fsync"] for r in runs[k]])
         print(f"{k + ' + fsync':<20} {f:>8.3f} {tensor_bytes / f / 1e9:>6.2f} {med['torch.save'] / f:>12.2f}x "
-              f"{f / med['cp']:>5.2f}x")
+              f"{f / med['cp']:>5.2f}x {'':>15} {first:>12.3f} s")
     a = runs["async_save"]
     blocking, mt, ml = (median([r[x] for r in a]) for x in ("blocking", "memcpy_snapshot", "memcpy_libc"))
     first = median([r["first_blocking"] for r in a])
