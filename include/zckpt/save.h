@@ -6,9 +6,11 @@
 // archive's other records (version, byteorder, ...) as blobs, and the zckpt.source.* metadata
 // `zckpt export` needs to give back a `.pt` torch.load reads.
 //
-// Storage bytes are never copied whole: CPU storages go from their own memory into the writer's
-// chunks; CUDA storages go device -> a small pinned ring (SaveOptions::cuda_slots x
-// cuda_slot_bytes) -> chunks, on a stream of ours that first waits for torch's current stream.
+// Storage bytes are never copied whole: CPU storages of 1 MiB or more are hashed and written
+// from their own memory (ContainerWriter::AddStorage, no copy; smaller ones are copied into a
+// chunk buffer); CUDA storages go device -> a small pinned ring (SaveOptions::cuda_slots x
+// cuda_slot_bytes) -> chunk buffers -> file, on a stream of ours that first waits for torch's
+// current stream.
 // Atomic as every zckpt write: the file appears at `path` only after fsync + rename; any error
 // leaves nothing there (and the previous file, if any, untouched).
 //

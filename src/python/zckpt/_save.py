@@ -101,8 +101,9 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     """Writes `obj` (anything torch.save takes) as a container at path `f`; returns statistics.
 
     What zckpt.load, `zckpt export` + torch.load, and zckpt::Load give back is what torch.load
-    of torch.save(obj) gives. CPU storages are written from their own memory (no copy of a whole
-    tensor), CUDA storages through a small pinned ring (4 x 8 MiB), device -> host -> file.
+    of torch.save(obj) gives. CPU storages are written from their own memory (those of 1 MiB or
+    more without any copy), CUDA storages through a small pinned ring (4 x 8 MiB), device -> host
+    -> file, never a host copy of a whole tensor.
     Atomic: the file appears only when complete (temporary, fsync, rename); a failed save leaves
     nothing at `f` (a file already there stays as it was).
 
