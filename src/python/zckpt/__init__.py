@@ -22,6 +22,10 @@ and dtypes, collections, numpy arrays, DTensor/ShardedTensor metadata, ...) or b
 caller by name (`allow_globals=[...]` on load, load_into, convert and export; `--allow-global`
 on the command line), and it must describe the same tensors as the container's index.
 """
+from ._abi import check_torch as _check_torch
+
+_check_torch()  # before _C loads: a torch of another major.minor or flavour is refused by name
+
 from ._api import (  # noqa: F401
     CorruptError,
     UnsafeError,
