@@ -181,7 +181,25 @@ cpp_pkgconfig() {
   echo "pkg-config --cflags --libs zckpt: $(pkg-config --cflags --libs zckpt)"
   # shellcheck disable=SC2046
   g++ "$WORK/cpp/resume.cc" -o "$WORK/cpp/resume" $(pkg-config --cflags --libs zckpt) &&
-    "$WORK/cpp/resume" "$DATA/model.zckpt" | tee "$WORK/cpp/pkgconfig.out" && same_listing "$WORK/cpp/pkgconfig.out"
+    "$WORK/cpp/resume" "$DATA/model.zckpt" | tee "$WORK/cpp/pkgconfig.out" && same_listing "$WORK/cpp/pkgconfig.out" ||
+    return 1
+  # The other installed library (libzckpt_save, zckpt/save.h) through the same flags: a tensor
+  # saved, loaded back and compared.
+  cat >"$WORK/cpp/save.cc" <<'CPP'
+#include <zckpt/loader.h>
+#include <zckpt/save.h>
+
+#include <ATen/ATen.h>
+
+int main(int, char** argv) {
+  at::Tensor w = at::randn({3, 5});
+  zckpt::Save(argv[1], {{"w", w}});
+  return at::equal(zckpt::Load(argv[1], c10::Device("cpu")).get("w"), w) ? 0 : 1;
+}
+CPP
+  # shellcheck disable=SC2046
+  g++ "$WORK/cpp/save.cc" -o "$WORK/cpp/save" $(pkg-config --cflags --libs zckpt) &&
+    "$WORK/cpp/save" "$DATA/saved.zckpt" && "$PREFIX/bin/zckpt" verify "$DATA/saved.zckpt"
 }
 cpp_cmake() {
   if "$PY" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' && ! command -v nvcc >/dev/null &&
