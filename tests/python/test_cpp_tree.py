@@ -48,9 +48,10 @@ def _text(b):
         return bytes(b)
 
 
-# ids of the projected lists that stand for a set or frozenset: a set's items are pickled in the
-# saving process's hash order (PYTHONHASHSEED), which the loading process does not share.
-_FROM_SETS = set()
+# The projected lists that stand for a set or frozenset, by id (each kept alive here, so no other
+# list can take its id): a set's items are pickled in the saving process's hash order
+# (PYTHONHASHSEED), which the loading process does not share.
+_FROM_SETS = {}
 
 
 def sets_sorted(got, expected, seen=None):
@@ -61,7 +62,7 @@ def sets_sorted(got, expected, seen=None):
         return got
     seen.add(id(expected))
     if isinstance(expected, list) and isinstance(got, list):
-        if id(expected) in _FROM_SETS:
+        if _FROM_SETS.get(id(expected)) is expected:
             got.sort(key=repr)
         for g, e in zip(got, expected):
             sets_sorted(g, e, seen)
@@ -132,7 +133,7 @@ def _project(obj, memo):
         out = []
         memo[id(obj)] = out
         out.extend(sorted((project(x, memo) for x in obj), key=repr))
-        _FROM_SETS.add(id(out))
+        _FROM_SETS[id(out)] = out
         return out
     return OPAQUE  # numpy values, complex numbers, modules, any other object
 
