@@ -100,9 +100,9 @@ const char* SourceKindName(SourceKind kind) {
 }
 
 std::string DcpAdvice(const std::string& dir) {
-  return "zckpt does not read DCP yet: write it as one torch.save file with `python -m "
-         "torch.distributed.checkpoint.format_utils dcp_to_torch " + dir + " model.pt` (or "
-         "torch.distributed.checkpoint.format_utils.dcp_to_torch_save), then `zckpt convert model.pt`";
+  return "a DCP checkpoint is its folder: `zckpt convert " + dir + " -o OUTDIR` converts it as a whole (each .distcp "
+         "file to a container zckpt.dcp.ZckptStorageReader loads at any world size), `zckpt merge " + dir +
+         " -o OUT` writes the full model";
 }
 
 std::string WhyNotConverted(SourceKind kind, const std::string& path) {
@@ -118,9 +118,10 @@ std::string WhyNotConverted(SourceKind kind, const std::string& path) {
       return "a TorchScript archive (torch.jit.save), not a torch.save checkpoint: load it with torch.jit.load; " +
              converts;
     case SourceKind::kDcpShard:
-      return "a shard of a torch.distributed.checkpoint (DCP) folder, not a torch.save file; " + DcpAdvice(dir);
+      return "a shard of a torch.distributed.checkpoint (DCP) folder, not a torch.save file, and not converted alone; " +
+             DcpAdvice(dir);
     case SourceKind::kDcpMetadata:
-      return "the .metadata of a torch.distributed.checkpoint (DCP) folder; " + DcpAdvice(dir);
+      return "the .metadata of a torch.distributed.checkpoint (DCP) folder, not converted alone; " + DcpAdvice(dir);
     case SourceKind::kGguf: return "a GGUF file (llama.cpp/ggml), not a PyTorch checkpoint; " + converts;
     case SourceKind::kNumpyNpz: return "a numpy .npz archive (numpy.savez), not a PyTorch checkpoint; " + converts;
     case SourceKind::kNumpyNpy: return "a numpy .npy file (numpy.save), not a PyTorch checkpoint; " + converts;
@@ -132,14 +133,37 @@ std::string WhyNotConverted(SourceKind kind, const std::string& path) {
   }
 }
 
-bool IsDcpFolder(const std::string& dir) {
+namespace {
+
+// FileSystemWriter's shard names are `__<rank>_<n>.distcp`; zckpt's layout keeps the stem.
+bool IsDcpContainerName(const std::string& name) {
+  size_t i = 2;
+  auto digits = [&] {
+    size_t from = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    return i > from;
+  };
+  if (name.rfind("__", 0) != 0 || !digits() || i >= name.size() || name[i++] != '_' || !digits()) return false;
+  return name.compare(i, std::string::npos, ".zckpt") == 0;
+}
+
+}  // namespace
+
+DcpLayout DcpFolderLayout(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_regular_file(fs::path(dir) / ".metadata", ec)) return false;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file(ec) && EndsWith(AsciiLower(it->path().filename().string()), ".distcp")) return true;
-  return false;
+  if (!fs::is_regular_file(fs::path(dir) / ".metadata", ec)) return DcpLayout::kNone;
+  DcpLayout layout = DcpLayout::kNone;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    std::string name = it->path().filename().string();
+    if (EndsWith(AsciiLower(name), ".distcp")) return DcpLayout::kDistcp;
+    if (IsDcpContainerName(name)) layout = DcpLayout::kContainers;
+  }
+  return layout;
 }
+
+bool IsDcpFolder(const std::string& dir) { return DcpFolderLayout(dir) != DcpLayout::kNone; }
 
 std::string NotAContainerHint(const std::string& path) {
   try {

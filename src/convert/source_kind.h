@@ -20,8 +20,8 @@ enum class SourceKind {
   kTorchLegacyTar,  // torch <= 0.3
   kZckpt,           // already a container
   kTorchScript,     // torch.jit.save (a zip with constants.pkl / code/)
-  kDcpShard,        // torch.distributed.checkpoint: a *.distcp file
-  kDcpMetadata,     // torch.distributed.checkpoint: the folder's .metadata
+  kDcpShard,        // torch.distributed.checkpoint: a *.distcp file (its folder converts: dcp.h)
+  kDcpMetadata,     // torch.distributed.checkpoint: the folder's .metadata (likewise)
   kGguf,            // llama.cpp / ggml
   kNumpyNpz,        // numpy.savez
   kNumpyNpy,        // numpy.save
@@ -43,9 +43,15 @@ const char* SourceKindName(SourceKind kind);
 // with torch.jit.load; ...". `path` names the folder in the advice for DCP files.
 std::string WhyNotConverted(SourceKind kind, const std::string& path = "");
 
-// True when `dir` holds a torch.distributed.checkpoint: a `.metadata` file and `*.distcp` files.
+// True when `dir` holds a torch.distributed.checkpoint (format-spec §11): a `.metadata` file and,
+// beside it, `*.distcp` shards (FileSystemWriter's layout) or DCP-named containers `__R_N.zckpt`
+// (zckpt's layout: written by zckpt.dcp.ZckptStorageWriter or converted by `zckpt convert`). A
+// `.metadata` among other files (a folder of containers named otherwise) is not DCP's.
 bool IsDcpFolder(const std::string& dir);
-// What to use instead of converting a DCP checkpoint folder, until zckpt reads DCP.
+// Which of the two: kDistcp when any `.distcp` shard is there (`zckpt convert` converts it).
+enum class DcpLayout { kNone, kDistcp, kContainers };
+DcpLayout DcpFolderLayout(const std::string& dir);
+// What to do with one file of a DCP folder given alone: the folder is the checkpoint.
 std::string DcpAdvice(const std::string& dir);
 
 // For a file that is not a container but was given where one is expected (`zckpt load x.pt`,

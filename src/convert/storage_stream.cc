@@ -15,6 +15,7 @@ void StreamStorageRange(const Container& c, uint32_t s, uint64_t begin, uint64_t
     throw Error(ErrorKind::kCorrupt, c.path() + ": bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
                                          ") asked of storage '" + std::string(info.key) + "', which holds " +
                                          std::to_string(info.raw_bytes));
+  if (begin == end) return;
   std::vector<uint8_t> buffer;
   for (uint64_t k = begin / chunk_bytes; k < info.chunk_count && k * chunk_bytes < end; ++k) {
     uint64_t i = info.first_chunk + k;

@@ -1,6 +1,8 @@
-// Reading a container's storages back out for the exporters: chunk by chunk, every checksum
-// checked (a corrupt container must not turn into a plausible-looking .pt or .safetensors),
-// source pages dropped behind the stream so a multi-GiB storage keeps RSS bounded.
+// Reading a container's storages back out (exporters, DCP export, merge): chunk by chunk, every
+// checksum checked before its bytes are handed on (a corrupt container must not turn into a
+// plausible-looking .pt, .safetensors, .distcp or merged model), only the chunks a range touches
+// read, source pages dropped behind the stream so a multi-GiB storage keeps RSS bounded.
+// Memory: one chunk.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,9 @@ namespace zckpt::convert {
 
 using ByteSink = std::function<void(std::span<const uint8_t>)>;
 
-// Bytes [begin, end) of storage `s` (end <= its raw_bytes), in order, in pieces of at most a chunk.
+// Bytes [begin, end) of storage `s` (end <= its raw_bytes, else kCorrupt), in order, in pieces of
+// at most a chunk (consecutive: a sink that needs the offset counts from `begin`). A bad chunk is
+// Error(kCorrupt) naming the file, storage, tensors and byte range (Container::DescribeChunk).
 void StreamStorageRange(const Container& c, uint32_t s, uint64_t begin, uint64_t end, const ByteSink& sink);
 // The whole storage.
 void StreamStorage(const Container& c, uint32_t s, const ByteSink& sink);

@@ -1,11 +1,10 @@
 // LoadInto: the file's tensors copied in place into existing tensors, matched by name.
-#include <c10/core/GradMode.h>
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <sstream>
 
+#include "loader/copy_views.h"
 #include "loader/plan.h"
 #include "loader/stream.h"
 #include "loader/tensors.h"
@@ -31,18 +30,6 @@ std::string Quoted(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
   return out;
-}
-
-// Contiguous in its storage as torch's is_contiguous() says it (size-1 dims' strides ignored),
-// with no conj/neg bit: then its bytes are exactly [byte_begin, byte_end) in element order.
-bool SavedContiguous(const TensorInfo& t) {
-  if (t.flags & (format::kTensorConj | format::kTensorNeg)) return false;
-  int64_t expected = 1;
-  for (size_t i = t.shape.size(); i-- > 0;) {
-    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
-    expected *= t.shape[i];
-  }
-  return true;
 }
 
 // Why `target` cannot be written in place at all, or "" when it can.
@@ -115,13 +102,6 @@ void NoteDevice(const at::Tensor& t, std::vector<int>& cuda_devices) {
     cuda_devices.push_back(dev);
 }
 
-// A tensor whose bytes go through a host staging buffer.
-struct Staged {
-  at::Tensor target;
-  TensorInfo info;
-  at::Tensor buffer;  // allocated when its first bytes arrive, freed once copied
-};
-
 }  // namespace
 
 LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const LoadIntoOptions& options) {
@@ -164,57 +144,14 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
     throw Error(ErrorKind::kInvalidArgument, msg);
   }
 
-  // Where each chunk's bytes go: straight into contiguous targets, else into a staging buffer.
-  const uint64_t chunk_bytes = c->superblock().chunk_bytes;
-  std::vector<std::pair<uint64_t, loader::Piece>> pieces;
-  std::vector<Staged> staged;
-  std::vector<uint64_t> staged_bytes;
-  std::vector<int> cuda_devices;
-  std::vector<at::Tensor> direct_targets;
-  for (const auto& [target, info] : matched) {
-    const at::Tensor& dst = target->second;
-    ++report.tensors_copied;
-    if (info.byte_end == info.byte_begin) continue;  // no elements
-    NoteDevice(dst, cuda_devices);
-    int dev = dst.is_cuda() ? dst.get_device() : -1;
-    bool direct = SavedContiguous(info) && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
-    int32_t id = -1;
-    if (direct) {
-      ++report.tensors_direct;
-      direct_targets.push_back(dst);
-    } else {
-      // Strided/offset views, conj/neg bits, non-contiguous targets: stage this tensor's bytes
-      // on the host and let copy_() lay them out (on a CUDA target through a host-to-device copy).
-      ++report.tensors_staged;
-      id = static_cast<int32_t>(staged.size());
-      staged.push_back(Staged{dst, info, at::Tensor()});
-      staged_bytes.push_back(info.byte_end - info.byte_begin);
-    }
-    AddPieces(c->storage(info.storage), chunk_bytes, info.byte_begin, info.byte_end,
-              direct ? static_cast<uint8_t*>(dst.data_ptr()) : nullptr, dev, id, pieces);
-  }
-  loader::Destinations d(c->chunk_count(), std::move(pieces));
-  d.staged_bytes = std::move(staged_bytes);
-
-  loader::StagingHooks hooks;
-  hooks.buffer = [&](uint32_t id) {
-    Staged& s = staged[id];
-    if (!s.buffer.defined()) s.buffer = loader::AllocateBytes(s.info.byte_end - s.info.byte_begin, c10::Device(c10::kCPU));
-    return static_cast<uint8_t*>(s.buffer.data_ptr());
-  };
-  hooks.complete = [&](uint32_t id) {
-    Staged& s = staged[id];
-    uint32_t item = DTypeSize(s.info.dtype);
-    auto offset = static_cast<int64_t>(s.info.storage_offset - s.info.byte_begin / item);
-    loader::WithTorchErrors([&] {
-      at::Tensor src = loader::MakeView(s.buffer.storage(), s.info, offset);
-      c10::NoGradGuard no_grad;  // as load_state_dict: an in-place copy into a leaf
-      s.target.copy_(src);
-    });
-    s.buffer = at::Tensor();
-  };
-  report.stats = loader::StreamChunks(*c, d, options.base, cuda_devices, hooks);
-  BumpVersions(direct_targets);
+  std::vector<loader::ViewCopy> copies;
+  copies.reserve(matched.size());
+  for (auto& [target, info] : matched) copies.push_back(loader::ViewCopy{target->second, std::move(info)});
+  report.tensors_copied = copies.size();
+  loader::ViewCopyReport r = loader::CopyViews(*c, std::move(copies), options.base, t0);
+  report.tensors_direct = r.direct;
+  report.tensors_staged = r.staged;
+  report.stats = r.stats;
   report.stats.storages = c->storage_count();
   report.stats.tensors = report.tensors_copied;
   report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -240,7 +177,7 @@ LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget
     TensorInfo info = c->tensor(*i);
     std::string why = TargetProblem(r.name, r.target);
     if (why.empty()) why = DTypeProblem(info, r.name, r.target);
-    if (why.empty() && !SavedContiguous(info))
+    if (why.empty() && !loader::SavedContiguous(info))
       why = "'" + r.name + "' is not contiguous in its storage: element ranges need a contiguous saved tensor";
     if (why.empty() && !r.target.is_contiguous())
       why = "the target of '" + r.name + "' is not contiguous";

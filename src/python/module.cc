@@ -22,6 +22,9 @@
 namespace py = pybind11;
 
 namespace zckpt {
+
+void RegisterDcp(py::module_& m);  // dcp_module.cc
+
 namespace {
 
 // Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
@@ -327,4 +330,5 @@ PYBIND11_MODULE(_C, m) {
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
   zckpt::BindSave(m);
+  zckpt::RegisterDcp(m);
 }

@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -142,6 +144,20 @@ bool SameFile(const std::string& a, const std::string& b) {
 int UsageError(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "zckpt %s: %s\nTry 'zckpt %s --help'.\n", command.c_str(), message.c_str(), command.c_str());
   return kExitCannotRun;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+int RefuseExisting(const std::string& command, const std::vector<std::string>& existing) {
+  for (size_t i = 0; i < existing.size() && i < 10; ++i)
+    std::fprintf(stderr, "zckpt %s: %s exists\n", command.c_str(), existing[i].c_str());
+  if (existing.size() > 10) std::fprintf(stderr, "zckpt %s: ... and %zu more\n", command.c_str(), existing.size() - 10);
+  return UsageError(command, std::to_string(existing.size()) +
+                                 (existing.size() == 1 ? " destination exists" : " destinations exist") +
+                                 "; nothing was written (--force overwrites)");
 }
 
 }  // namespace zckpt::cli

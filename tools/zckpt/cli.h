@@ -59,4 +59,10 @@ inline constexpr const char* kAllowGlobalHelp =
     "                         own, in a file you trust. Repeat for several. Globals that could run\n"
     "                         code (os.system, eval, ...) stay refused.\n";
 
+// No-clobber: something exists at `path` (a file, a folder, a dangling symlink).
+bool Exists(const std::string& path);
+// Names the destinations that exist (the first ten) and returns UsageError: nothing was written,
+// --force overwrites.
+int RefuseExisting(const std::string& command, const std::vector<std::string>& existing);
+
 }  // namespace zckpt::cli

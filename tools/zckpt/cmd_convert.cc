@@ -1,6 +1,4 @@
 // `zckpt convert SRC [-o DST.zckpt]` and `zckpt convert DIR -o OUTDIR [-j N]`.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,10 +13,10 @@
 #include "commands.h"
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
-#include "convert/source_kind.h"
 #include "convert_plan.h"
 #include "progress.h"
 #include "zckpt/convert.h"
+#include "zckpt/dcp.h"
 
 namespace zckpt::cli {
 
@@ -41,11 +39,16 @@ constexpr const char* kHelpHead =
     "under it is converted to the same relative path under OUTDIR with the .zckpt extension; a\n"
     "sharded checkpoint's index (model.safetensors.index.json, pytorch_model.bin.index.json) is\n"
     "rewritten to name the converted shards; every other file (config.json, tokenizer files,\n"
-    "...) is copied unchanged (--only-pt skips the copies). Files are converted N at a time (-j N).\n"
+    "...) is copied unchanged (--only-pt skips the copies). Files are converted N at a time (-j N).\n\n"
+    "A torch.distributed.checkpoint folder (.metadata + *.distcp, FileSystemWriter's layout), as\n"
+    "DIR or below it, is converted as one checkpoint: each .distcp file becomes a container of\n"
+    "checksummed pieces that zckpt.dcp.ZckptStorageReader loads (at any world size) and\n"
+    "'zckpt export' turns back into the same .distcp bytes; .metadata is read without running it.\n"
+    "A .distcp or .metadata file given alone is named, not converted (its folder is the checkpoint).\n\n"
     "Checkpoints in formats zckpt does not convert are named, not copied as if they were plain\n"
-    "files: a torch.distributed.checkpoint (DCP) folder or .distcp file, a TorchScript archive,\n"
-    "a GGUF file, a numpy .npz/.npy. A folder holding any stops before writing anything (exit 2)\n"
-    "unless --copy-unknown copies them unchanged.\n\n"
+    "files: a TorchScript archive, a GGUF file, a numpy .npz/.npy, a .distcp file outside a DCP\n"
+    "folder. A folder holding any stops before writing anything (exit 2) unless --copy-unknown\n"
+    "copies them unchanged.\n\n"
     "options:\n"
     "  -o, --output PATH      destination file (or folder for a DIR source)\n"
     "  -f, --force            overwrite destinations that exist (default: refuse, exit 2)\n"
@@ -64,10 +67,11 @@ constexpr const char* kHelpTail =
     "Exit codes:\n"
     "  0  every file converted (or copied)\n"
     "  1  a source is corrupt or unsafe (malformed zip, pickle or safetensors header; a pickle\n"
-    "     naming a code-running global)\n"
+    "     naming a code-running global; a DCP .metadata disagreeing with its .distcp files)\n"
     "  2  could not run: bad usage, a missing source, a destination that exists (without\n"
-    "     --force), a file that is not a checkpoint zckpt converts (already a container, DCP,\n"
-    "     TorchScript, GGUF, numpy; named in the message), an I/O error. 2 wins over 1.\n";
+    "     --force), a file that is not a checkpoint zckpt converts (already a container or\n"
+    "     zckpt's DCP layout, a lone .distcp file, TorchScript, GGUF, numpy; named in the\n"
+    "     message), an I/O error. 2 wins over 1.\n";
 
 struct Job {
   std::string source, destination;
@@ -83,6 +87,7 @@ void CopyFile(const std::string& from, const std::string& to) {
 }
 
 int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, bool quiet, ProgressStyle progress) {
+  if (job.action == FolderJob::Action::kConvertDcp) return ConvertDcp(job.source, job.destination, base, quiet, progress);
   try {
     if (job.action == FolderJob::Action::kRewriteIndex) {
       RewriteIndex(FolderJob{job.source, job.destination, job.action, "", ""}, *plan);
@@ -123,20 +128,6 @@ int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, b
   }
 }
 
-// Something exists at `path` (a file, a folder, a dangling symlink).
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0;
-}
-
-int RefuseExisting(const std::vector<std::string>& existing) {
-  for (size_t i = 0; i < existing.size() && i < 10; ++i)
-    std::fprintf(stderr, "zckpt convert: %s exists\n", existing[i].c_str());
-  if (existing.size() > 10) std::fprintf(stderr, "zckpt convert: ... and %zu more\n", existing.size() - 10);
-  return UsageError("convert", std::to_string(existing.size()) + (existing.size() == 1 ? " destination exists" : " destinations exist") +
-                                   "; nothing was written (--force overwrites)");
-}
-
 int ConvertFolder(const std::string& src, const std::string& out, const Args& args, const ConvertOptions& opt, unsigned n,
                   ProgressStyle progress) {
   bool quiet = args.Has("quiet"), copy_unknown = args.Has("copy-unknown");
@@ -149,13 +140,7 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
     jobs.push_back({f.source, f.destination, f.action, f.kind});
   }
   if (!foreign.empty() && !copy_unknown) {
-    for (const std::string& dir : plan.dcp_folders)
-      std::fprintf(stderr, "zckpt convert: %s: a torch.distributed.checkpoint (DCP) folder (.metadata + .distcp shards), not "
-                           "converted: %s\n", dir.c_str(), convert::DcpAdvice(dir).c_str());
-    for (const FolderJob* f : foreign) {
-      if (f->why.find("torch.distributed.checkpoint") != std::string::npos) continue;  // said per folder above
-      std::fprintf(stderr, "zckpt convert: %s: %s\n", f->source.c_str(), f->why.c_str());
-    }
+    for (const FolderJob* f : foreign) std::fprintf(stderr, "zckpt convert: %s: %s\n", f->source.c_str(), f->why.c_str());
     return UsageError("convert", std::to_string(foreign.size()) + " file" + (foreign.size() == 1 ? " is a checkpoint" : "s are checkpoints") +
                                      " in a format zckpt does not convert (above); nothing was written. --copy-unknown "
                                      "copies them unchanged and converts the rest");
@@ -164,13 +149,20 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
   std::map<std::string, std::string> by_destination;
   std::vector<std::string> existing;
   for (const Job& j : jobs) {
-    auto [it, inserted] = by_destination.emplace(j.destination, j.source);
-    if (!inserted)
-      return UsageError("convert", "both " + it->second + " and " + j.source + " would be written to " + j.destination);
-    if (SameFile(j.destination, j.source)) return UsageError("convert", "the destination is the source file: " + j.source);
-    if (!args.Has("force") && Exists(j.destination)) existing.push_back(j.destination);
+    const bool dcp = j.action == FolderJob::Action::kConvertDcp;
+    if (SameFile(j.destination, j.source))
+      return UsageError("convert", std::string("the destination is the source ") + (dcp ? "folder: " : "file: ") + j.source);
+    // A DCP folder writes a container per .distcp file and copies the rest: each is a destination.
+    std::vector<std::string> outputs = dcp
+                                           ? DcpConvertOutputs(j.source, j.destination)
+                                           : std::vector<std::string>{j.destination};
+    for (const std::string& d : outputs) {
+      auto [it, inserted] = by_destination.emplace(d, j.source);
+      if (!inserted) return UsageError("convert", "both " + it->second + " and " + j.source + " would be written to " + d);
+      if (!args.Has("force") && Exists(d)) existing.push_back(d);
+    }
   }
-  if (!existing.empty()) return RefuseExisting(existing);
+  if (!existing.empty()) return RefuseExisting("convert", existing);
   std::error_code ec;
   for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
   if (n > 1 && progress == ProgressStyle::kBar) progress = ProgressStyle::kNone;  // bars of parallel jobs would interleave
@@ -231,17 +223,12 @@ int RunConvert(const Argv& argv) {
     }
     Job job{src, args.Get("output").value_or(DefaultDestination(src)), FolderJob::Action::kConvert, ""};
     if (SameFile(job.destination, src)) return UsageError("convert", "the destination is the source file: " + src);
-    if (!args.Has("force") && Exists(job.destination)) return RefuseExisting({job.destination});
+    if (!args.Has("force") && Exists(job.destination)) return RefuseExisting("convert", {job.destination});
     return RunJob(job, nullptr, opt, args.Has("quiet"), *progress);
   }
 
   auto out = args.Get("output");
   if (!out) return UsageError("convert", "a folder source needs -o OUTDIR");
-  if (convert::IsDcpFolder(src) && !args.Has("copy-unknown")) {
-    std::fprintf(stderr, "zckpt convert: %s is a torch.distributed.checkpoint (DCP) folder (.metadata + .distcp shards), not a "
-                         "torch.save or safetensors checkpoint: %s\n", src.c_str(), convert::DcpAdvice(src).c_str());
-    return kExitCannotRun;
-  }
   return ConvertFolder(src, *out, args, opt, static_cast<unsigned>(jobs_opt.value_or(1)), *progress);
 }
 

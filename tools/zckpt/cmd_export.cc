@@ -1,17 +1,17 @@
-// `zckpt export SRC.zckpt -o DST.pt` / `-o DST.safetensors`.
-#include <sys/stat.h>
-
+// `zckpt export SRC.zckpt -o DST.pt` / `-o DST.safetensors`, and `zckpt export DCP_DIR -o OUTDIR`.
 #include <cstdio>
 
 #include "cli.h"
 #include "commands.h"
 #include "zckpt/convert.h"
+#include "zckpt/dcp.h"
 
 namespace zckpt::cli {
 
 namespace {
 constexpr const char* kHelp =
-    "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force] [--allow-global MOD.NAME]...\n\n"
+    "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force] [--allow-global MOD.NAME]...\n"
+    "       zckpt export DCP_DIR -o OUTDIR [--force]\n\n"
     "Writes the container back as the file it came from. --format pt (the default, unless DST\n"
     "ends in .safetensors): a torch.save file: the kept object pickle and every record of the\n"
     "source archive (legacy-format sources come back byte for byte; a safetensors source becomes\n"
@@ -24,17 +24,23 @@ constexpr const char* kHelp =
     "below) and held against the container's index, and the record names are checked (nothing\n"
     "that unpacks outside its folder, no TorchScript marker, nothing torch.load needs missing).\n"
     "Every chunk is checked on the way; nothing appears at DST unless the export completes.\n\n"
+    "A torch.distributed.checkpoint folder converted by 'zckpt convert DIR' goes back to DCP's\n"
+    "FileSystemWriter layout: each .distcp file byte for byte, .metadata and the other files\n"
+    "unchanged (a folder written by zckpt.dcp.ZckptStorageWriter has no .distcp bytes to give\n"
+    "back: 'zckpt merge' writes its full model).\n\n"
     "options:\n"
     "  -o, --output DST      destination (required)\n"
     "  --format FORMAT       pt or safetensors (default: from DST's extension, else pt)\n"
-    "  -f, --force           overwrite DST if it exists (default: refuse, exit 2)\n"
+    "  -f, --force           overwrite DST (a DCP folder: the files it writes there) if it\n"
+    "                        exists (default: refuse, exit 2)\n"
     "%s\n"
     "Exit codes:\n"
     "  0  written\n"
     "  1  the container is corrupt, inconsistent or unsafe (a checksum, a record contradicting\n"
     "     another, the pickle and the index disagreeing, a refused global, an unsafe record name)\n"
     "  2  could not run: bad usage, a missing file, not a container, DST exists (without --force),\n"
-    "     a container safetensors cannot hold (--format safetensors), an I/O error\n";
+    "     a container safetensors cannot hold (--format safetensors), a DCP folder not\n"
+    "     converted from .distcp files, an I/O error\n";
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -55,8 +61,13 @@ int RunExport(const Argv& argv) {
   if (format != "pt" && format != "safetensors") return UsageError("export", "--format takes pt or safetensors");
   if (SameFile(args.positional()[0], *out))
     return UsageError("export", "the destination is the source file: " + *out);
-  struct stat st;
-  if (!args.Has("force") && ::lstat(out->c_str(), &st) == 0)
+  if (IsDcpFolder(args.positional()[0])) {
+    if (args.Get("format") && *args.Get("format") != "pt")
+      return UsageError("export", "a DCP folder goes back to its .distcp files (--format pt); 'zckpt merge " +
+                                      args.positional()[0] + " -o OUT' writes its model as safetensors");
+    return ExportDcp(args.positional()[0], *out, args.Has("force"));
+  }
+  if (!args.Has("force") && Exists(*out))
     return UsageError("export", *out + " exists; nothing was written (--force overwrites)");
   ExportOptions options;
   options.format = format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch;

@@ -1,4 +1,5 @@
-// `zckpt verify FILE...`: every checksum and structural rule of each container.
+// `zckpt verify PATH...`: every checksum and structural rule of each container, every container
+// below a folder, and a torch.distributed.checkpoint folder as a whole.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "json_writer.h"
 #include "progress.h"
 #include "zckpt/container.h"
+#include "zckpt/dcp.h"
 #include "zckpt/format.h"
 
 namespace zckpt::cli {
@@ -32,15 +34,22 @@ constexpr const char* kHelp =
     "index (what Load/LoadInto/Map read).\n"
     "Every bad chunk is reported with its file, storage key, tensors and byte range.\n"
     "A PATH that is a folder stands for every container below it (files starting with the\n"
-    "container magic, whatever their name); one line per container, then a summary line.\n\n"
+    "container magic, whatever their name); one line per container, then a summary line.\n"
+    "A torch.distributed.checkpoint folder (.metadata beside .distcp shards or __R_N.zckpt\n"
+    "containers), as PATH or below it, is checked as one checkpoint on one line: .metadata reads\n"
+    "without running anything, every piece it lists is where it says with its dtype and shape,\n"
+    "every non-tensor item is a torch.save archive naming no code-running global, and every\n"
+    "container of the folder verifies in full (.distcp files carry no checksums to check).\n\n"
     "options:\n"
     "  -j, --threads N        checking threads per file (default: all cores)\n"
     "  -q, --quiet            print only the containers that are not OK (and the summary)\n"
-    "  --json                 one JSON array, an object per container\n";
+    "  --json                 one JSON array, an object per container (and per DCP folder,\n"
+    "                         with \"kind\": \"dcp\")\n";
 constexpr const char* kHelpTail =
     "\nExit codes:\n"
     "  0  every container is good\n"
-    "  1  at least one container is corrupt (or its pickle and index disagree)\n"
+    "  1  at least one container (or DCP folder) is corrupt, its pickle and index disagree, or it\n"
+    "     is refused as unsafe\n"
     "  2  at least one could not be checked (missing, unreadable, not a container, unsupported\n"
     "     version), a folder holding no container, or bad usage (2 wins over 1)\n";
 
@@ -50,6 +59,7 @@ struct FileResult {
   std::vector<std::string> problems;
   uint64_t bytes = 0;
   double seconds = 0;
+  std::string dcp;  // a DCP folder: what was checked, for its OK line
 };
 
 FileResult VerifyOne(const std::string& path, unsigned threads, ProgressStyle progress) {
@@ -76,6 +86,36 @@ FileResult VerifyOne(const std::string& path, unsigned threads, ProgressStyle pr
   return r;
 }
 
+FileResult VerifyDcp(const std::string& dir, unsigned threads, ProgressStyle progress) {
+  FileResult r;
+  r.path = dir;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    ProgressBar bar("verify " + dir, 0, progress);
+    VerifyOptions opt;
+    opt.threads = threads;
+    opt.progress = [&bar](uint64_t done, uint64_t total) {
+      bar.SetTotal(total);
+      bar.Set(done);
+    };
+    DcpVerifyReport report = VerifyDcpFolder(dir, opt);
+    bar.Finish();
+    r.problems = report.problems;
+    r.code = report.ok() ? kExitOk : kExitBad;
+    r.bytes = report.bytes_checked;
+    r.dcp = "DCP checkpoint: " + std::to_string(report.tensors) + " tensor pieces, " + std::to_string(report.bytes_items) +
+            " other items, " + std::to_string(report.containers) + " containers verified, " +
+            FormatBytes(report.bytes_checked) + " checked";
+    if (report.distcp_pieces)
+      r.dcp += "; " + std::to_string(report.distcp_pieces) + " pieces in .distcp files have no checksums: 'zckpt convert' the folder";
+  } catch (const Error& e) {
+    r.problems.push_back(e.what());
+    r.code = ExitCodeFor(e);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
 bool HasContainerMagic(const std::filesystem::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
@@ -86,11 +126,12 @@ bool HasContainerMagic(const std::filesystem::path& path) {
   return yes;
 }
 
-// The files a PATH stands for: itself, or for a folder every container below it, sorted. A
-// folder that cannot be walked, or holds none, is an error entry (an empty `files`).
+// What a PATH stands for: itself, or for a folder every container below it, sorted, a DCP folder
+// (PATH itself or one below it) standing for its own files as one entry. A folder that cannot be
+// walked, or holds nothing to check, is an error entry (an empty `files`).
 struct Target {
   std::string path;
-  std::vector<std::string> files;
+  std::vector<std::pair<std::string, bool>> files;  // (path, is a DCP folder)
   std::string error;
 };
 
@@ -98,18 +139,23 @@ Target Expand(const std::string& path) {
   namespace fs = std::filesystem;
   Target t{path, {}, ""};
   std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    t.files.push_back(path);
+  if (!fs::is_directory(path, ec) || convert::IsDcpFolder(path)) {
+    t.files.emplace_back(path, convert::IsDcpFolder(path));
     return t;
   }
   fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a writer's temporary, live or stale
-    if (it->is_regular_file(ec) && HasContainerMagic(it->path())) t.files.push_back(it->path().string());
+    if (it->is_directory(ec) && !it->is_symlink(ec) && convert::IsDcpFolder(it->path().string())) {
+      t.files.emplace_back(it->path().string(), true);
+      it.disable_recursion_pending();
+    } else if (it->is_regular_file(ec) && HasContainerMagic(it->path())) {
+      t.files.emplace_back(it->path().string(), false);
+    }
   }
   if (ec) t.error = path + ": cannot walk the folder: " + ec.message();
-  else if (t.files.empty()) t.error = path + ": no zckpt container below this folder";
+  else if (t.files.empty()) t.error = path + ": no zckpt container (nor DCP folder) below this folder";
   std::sort(t.files.begin(), t.files.end());
   return t;
 }
@@ -147,7 +193,9 @@ int RunVerify(const Argv& argv) {
     if (r.code == kExitCannotRun || worst == kExitCannotRun) worst = kExitCannotRun;
     else if (r.code == kExitBad) worst = kExitBad;
     if (json) {
-      jw.BeginObject().Key("file").String(path).Key("status")
+      jw.BeginObject().Key("file").String(path);
+      if (!r.dcp.empty()) jw.Key("kind").String("dcp");
+      jw.Key("status")
           .String(r.code == kExitOk ? "ok" : r.code == kExitBad ? "corrupt" : "error");
       jw.Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds);
       jw.Key("problems").BeginArray();
@@ -156,7 +204,9 @@ int RunVerify(const Argv& argv) {
       return;
     }
     if (r.code == kExitOk) {
-      if (!quiet) {
+      if (!quiet && !r.dcp.empty()) {
+        std::printf("%s: OK (%s, %.3f s)\n", path.c_str(), r.dcp.c_str(), r.seconds);
+      } else if (!quiet) {
         double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
         std::printf("%s: OK (%s in %.3f s, %.2f GB/s)\n", path.c_str(), FormatBytes(r.bytes).c_str(), r.seconds, gbps);
       }
@@ -170,7 +220,7 @@ int RunVerify(const Argv& argv) {
   };
   for (const auto& arg : args.positional()) {
     Target target = Expand(arg);
-    any_folder |= target.files.size() != 1 || target.files[0] != arg;
+    any_folder |= target.files.size() != 1 || target.files[0].first != arg;
     if (!target.error.empty()) {
       FileResult r;
       r.path = arg;
@@ -178,7 +228,8 @@ int RunVerify(const Argv& argv) {
       r.problems.push_back(target.error);
       report(r);
     }
-    for (const std::string& path : target.files) report(VerifyOne(path, threads ? static_cast<unsigned>(*threads) : 0, progress));
+    const unsigned n = threads ? static_cast<unsigned>(*threads) : 0;
+    for (const auto& [path, dcp] : target.files) report(dcp ? VerifyDcp(path, n, progress) : VerifyOne(path, n, progress));
   }
   jw.EndArray();
   if (json) std::printf("%s\n", jw.str().c_str());

@@ -5,6 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "progress.h"
+
+namespace zckpt {
+struct ConvertOptions;
+}
+
 namespace zckpt::cli {
 
 using Argv = std::vector<std::string>;
@@ -14,11 +20,20 @@ int RunLs(const Argv& args);
 int RunConvert(const Argv& args);
 int RunExport(const Argv& args);
 int RunBench(const Argv& args);
+int RunMerge(const Argv& args);
+int RunReshard(const Argv& args);
 // `zckpt load` lives in a second binary, `zckpt-load`, the only one that links LibTorch (its
 // start-up costs ~0.5 s of CPU, which every convert and verify would otherwise pay).
 // RunLoad is its body; ExecLoad, in `zckpt`, replaces the process with it.
 int RunLoad(const Argv& args);
 int ExecLoad(const Argv& args);
+
+// torch.distributed.checkpoint folders (cmd_dcp.cc), called by convert and export when their
+// argument is a DCP folder (convert/source_kind.h: IsDcpFolder). Return exit codes.
+int ConvertDcp(const std::string& source, const std::string& destination, const zckpt::ConvertOptions& options,
+               bool quiet, ProgressStyle progress);
+// Refuses (exit 2, nothing written) when a file it would write exists, unless `force`.
+int ExportDcp(const std::string& source, const std::string& destination, bool force);
 
 // Runs one subcommand, turning what it throws into "zckpt NAME: message" and an exit code.
 int RunGuarded(const char* name, int (*run)(const Argv&), const Argv& args);

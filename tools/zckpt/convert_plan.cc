@@ -24,8 +24,19 @@ std::string Normal(const fs::path& p) { return p.lexically_normal().string(); }
 FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_pt) {
   using convert::SourceKind;
   FolderPlan plan;
-  std::set<std::string> dcp;
-  for (const auto& entry : fs::recursive_directory_iterator(src)) {
+  if (convert::IsDcpFolder(src)) {  // either layout: ConvertDcpFolder says what it cannot do
+    plan.jobs.push_back(FolderJob{src, out, FolderJob::Action::kConvertDcp, "", ""});
+    return plan;
+  }
+  for (fs::recursive_directory_iterator it(src), end; it != end; ++it) {
+    const fs::directory_entry& entry = *it;
+    if (entry.is_directory() && !entry.is_symlink() &&
+        convert::DcpFolderLayout(entry.path().string()) == convert::DcpLayout::kDistcp) {
+      const fs::path rel = fs::relative(entry.path(), src);
+      plan.jobs.push_back(FolderJob{entry.path().string(), (fs::path(out) / rel).string(), FolderJob::Action::kConvertDcp, "", ""});
+      it.disable_recursion_pending();
+      continue;
+    }
     if (!entry.is_regular_file()) continue;
     fs::path rel = fs::relative(entry.path(), src);
     const std::string name = rel.filename().string();
@@ -40,24 +51,23 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
       continue;
     }
     SourceKind kind = convert::DetectSource(job.source);
-    const std::string parent = entry.path().parent_path().string();
     if (convert::IsConvertible(kind) || (IsCheckpointName(name) && kind == SourceKind::kUnknown)) {
       // A checkpoint's name on something else: the converter says what is wrong with it.
       job.action = FolderJob::Action::kConvert;
       job.destination = DefaultDestination(job.destination);
-    } else if (kind == SourceKind::kUnknown || kind == SourceKind::kZckpt) {
+    } else if (kind == SourceKind::kUnknown || kind == SourceKind::kZckpt || kind == SourceKind::kDcpMetadata) {
+      // kDcpMetadata here: the .metadata of zckpt's own DCP layout (a .distcp folder is one job
+      // above), copied with its containers.
       if (only_pt) continue;
       job.action = FolderJob::Action::kCopy;
     } else {
       job.action = FolderJob::Action::kForeign;
       job.why = convert::WhyNotConverted(kind, job.source);
       job.kind = convert::SourceKindName(kind);
-      if (kind == SourceKind::kDcpShard || kind == SourceKind::kDcpMetadata) dcp.insert(parent);
     }
     plan.jobs.push_back(job);
   }
   std::sort(plan.jobs.begin(), plan.jobs.end(), [](const FolderJob& a, const FolderJob& b) { return a.source < b.source; });
-  plan.dcp_folders.assign(dcp.begin(), dcp.end());
   return plan;
 }
 

@@ -1,8 +1,9 @@
 // What `zckpt convert DIR -o OUTDIR` does with each file under DIR, decided before anything is
-// written: convert it (torch.save and safetensors files), rewrite it (a sharded checkpoint's
-// index, to name the converted shards), copy it (config.json, tokenizer files, ...), or stop at
-// it (a checkpoint in a format zckpt does not convert: DCP, TorchScript, GGUF, numpy), unless
-// --copy-unknown says to copy those too.
+// written: convert it (torch.save and safetensors files; a torch.distributed.checkpoint folder of
+// .distcp shards as a whole), rewrite it (a sharded checkpoint's index, to name the converted
+// shards), copy it (config.json, tokenizer files, ...), or stop at it (a checkpoint in a format
+// zckpt does not convert: TorchScript, GGUF, numpy, a stray .distcp file), unless --copy-unknown
+// says to copy those too.
 #pragma once
 
 #include <string>
@@ -16,6 +17,7 @@ struct FolderJob {
     kCopy,
     kRewriteIndex,  // model.safetensors.index.json, pytorch_model.bin.index.json
     kForeign,       // a checkpoint in another format: stops the run, or copied (--copy-unknown)
+    kConvertDcp,    // a DCP folder (source and destination are folders: zckpt/dcp.h)
   };
   std::string source, destination;
   Action action = Action::kCopy;
@@ -24,13 +26,14 @@ struct FolderJob {
 };
 
 struct FolderPlan {
-  std::vector<FolderJob> jobs;           // sorted by source
-  std::vector<std::string> dcp_folders;  // torch.distributed.checkpoint folders met (their files are kForeign)
+  std::vector<FolderJob> jobs;  // sorted by source
 };
 
-// Walks `src` (symlinks to files followed, our own stale temporaries skipped). `only_pt`: plain
-// files are left out (indexes and foreign checkpoints are not plain files). Throws Error(kIo)
-// when a file cannot be read.
+// Walks `src` (symlinks to files followed, our own stale temporaries skipped). A DCP folder of
+// .distcp shards (`src` itself or one below it) is one kConvertDcp job; one in zckpt's DCP layout
+// below `src` is copied like any containers. `only_pt`: plain files are left out (indexes,
+// foreign checkpoints and DCP folders are not plain files). Throws Error(kIo) when a file cannot
+// be read.
 FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_pt);
 
 // The index at `job.source` with every shard this plan converts renamed to its container;

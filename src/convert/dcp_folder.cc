@@ -1,0 +1,427 @@
+// Converting, exporting and verifying DCP folders (include/zckpt/dcp.h, layouts in dcp_layout.h).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
+#include "convert/dcp_layout.h"
+#include "convert/source_kind.h"
+#include "convert/storage_stream.h"
+#include "zckpt/container.h"
+#include "zckpt/container_writer.h"
+#include "zckpt/dcp.h"
+#include "zckpt/error.h"
+
+namespace zckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kPieceBytes = 64ull << 20;
+
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+void CopyPlainFile(const std::string& from, const std::string& to) {
+  MappedFile in(from);
+  AtomicFile out(to);
+  if (in.size()) out.Write(in.data(), in.size());
+  out.Commit();
+}
+
+// The chunk of `item` saved at `offsets`, nullptr when the metadata has none there.
+const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets) {
+  for (const pickle::DcpChunk& c : item.chunks)
+    if (c.offsets == offsets) return &c;
+  return nullptr;
+}
+
+// Why the saved piece (dtype, shape) does not match the metadata's chunk, "" when it does.
+std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
+                          const std::vector<int64_t>& shape) {
+  const pickle::DcpChunk* chunk = ChunkAt(item, s.offset);
+  std::string piece = "the piece of '" + item.fqn + "' at " + Dims(s.offset);
+  if (!chunk) return piece + " is not one of the chunks the metadata lists for it";
+  if (dtype != item.dtype)
+    return piece + " holds " + std::string(DTypeName(dtype)) + ", the metadata says " + std::string(DTypeName(item.dtype));
+  if (shape != chunk->sizes) return piece + " has shape " + Dims(shape) + ", the metadata says " + Dims(chunk->sizes);
+  return "";
+}
+
+uint32_t TensorFlags(const pickle::TorchTensor& t) {
+  return (t.requires_grad ? format::kTensorRequiresGrad : 0) | (t.is_parameter ? format::kTensorParameter : 0) |
+         (t.conj ? format::kTensorConj : 0) | (t.neg ? format::kTensorNeg : 0);
+}
+
+// One .distcp file -> one container.
+class DistcpConverter {
+ public:
+  DistcpConverter(const pickle::DcpMetadata& md, const ConvertOptions& options, DcpConvertStats& stats)
+      : md_(md), options_(options), stats_(stats) {}
+
+  void Run(const std::string& source, const std::string& name, std::vector<const pickle::DcpStorage*> entries,
+           const std::string& destination) {
+    auto file = std::make_shared<const MappedFile>(source);
+    file->AdviseSequential(0, file->size());
+    std::sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->file_offset < b->file_offset; });
+    ContainerWriter w(destination, options_.writer);
+    std::set<std::string> names;
+    uint64_t pos = 0;
+    auto gap_to = [&](uint64_t end) {
+      if (end > pos) w.AddBlob(std::string(dcp::kGapBlob) + std::to_string(pos), {file->data() + pos, end - pos});
+    };
+    for (const pickle::DcpStorage* e : entries) {
+      std::string range = source + " bytes [" + std::to_string(e->file_offset) + ", " +
+                          std::to_string(e->file_offset + e->length) + ")";
+      if (e->file_offset < pos)
+        throw Error(ErrorKind::kCorrupt, range + " (the piece of '" + e->fqn + "') overlaps the item before it");
+      if (e->file_offset > file->size() || e->length > file->size() - e->file_offset)
+        throw Error(ErrorKind::kCorrupt, range + " (the piece of '" + e->fqn + "') lies past the end of the " +
+                                             std::to_string(file->size()) + "-byte file");
+      if (e->transformed)
+        throw Error(ErrorKind::kUnsupported, range + ": written through DCP stream transforms (an extension such as "
+                                                     "compression): not supported");
+      const pickle::DcpItem* item = md_.FindItem(e->fqn);
+      if (!item) throw Error(ErrorKind::kCorrupt, range + ": '" + e->fqn + "' is not in the metadata's state_dict_metadata");
+      gap_to(e->file_offset);
+      const std::string at = std::to_string(e->file_offset);
+      if (item->is_tensor) {
+        dcp::DistcpTensor t = dcp::ReadDistcpTensor(file, e->file_offset, e->length);
+        std::string why = PieceMismatch(*item, *e, t.view.dtype, t.view.shape);
+        if (!why.empty()) throw Error(ErrorKind::kCorrupt, range + ": " + why);
+        w.AddBlob(std::string(dcp::kHeadBlob) + at, {file->data() + e->file_offset, t.storage_begin - e->file_offset});
+        uint32_t storage = w.BeginStorage(NewStorage{at, t.storage.location, t.storage.dtype, t.storage.untyped},
+                                          t.storage_end - t.storage_begin);
+        for (uint64_t off = t.storage_begin; off < t.storage_end; off += kPieceBytes) {
+          if (options_.cancel && options_.cancel->load()) throw Error(ErrorKind::kCancelled, "conversion cancelled");
+          uint64_t n = std::min(kPieceBytes, t.storage_end - off);
+          w.AppendStorage({file->data() + off, n});
+          file->Release(off, n);
+          if (options_.progress) options_.progress(done_ + off + n, total_);
+        }
+        w.EndStorage();
+        w.AddBlob(std::string(dcp::kTailBlob) + at, {file->data() + t.storage_end, e->file_offset + e->length - t.storage_end});
+        std::string tensor_name = dcp::PieceName(e->fqn, e->offset);
+        for (int k = 1; !names.insert(tensor_name).second; ++k) tensor_name = dcp::PieceName(e->fqn, e->offset) + "#" + std::to_string(k);
+        const pickle::DcpChunk* chunk = ChunkAt(*item, e->offset);
+        NewTensor nt;
+        nt.name = tensor_name;
+        nt.storage = storage;
+        nt.dtype = t.view.dtype;
+        nt.shape = t.view.shape;
+        nt.stride = t.view.stride;
+        if (t.view.storage_offset < 0) throw Error(ErrorKind::kCorrupt, range + ": negative storage offset");
+        nt.storage_offset = static_cast<uint64_t>(t.view.storage_offset);
+        nt.flags = TensorFlags(t.view);
+        nt.extra = dcp::PieceExtra(e->fqn, item->size, chunk->offsets, chunk->sizes);
+        w.AddTensor(nt);
+        ++stats_.tensors;
+      } else {
+        std::span<const uint8_t> bytes(file->data() + e->file_offset, e->length);
+        dcp::VetTorchSaveBytes(bytes, range + " (the item '" + e->fqn + "')");
+        w.AddBlob(std::string(dcp::kBytesAtBlob) + at, bytes);
+        ++stats_.bytes_items;
+      }
+      pos = e->file_offset + e->length;
+    }
+    gap_to(file->size());
+    w.SetMetadata(std::string(dcp::kKeySourceName), name);
+    w.SetMetadata(std::string(dcp::kKeySourceBytes), std::to_string(file->size()));
+    WriterStats ws = w.Commit();
+    done_ += file->size();  // progress counts source bytes, whole files once written
+    if (options_.progress) options_.progress(done_, total_);
+    stats_.files++;
+    stats_.source_bytes += file->size();
+    stats_.written_bytes += ws.file_bytes;
+  }
+
+  void SetTotal(uint64_t total) { total_ = total; }
+
+ private:
+  const pickle::DcpMetadata& md_;
+  const ConvertOptions& options_;
+  DcpConvertStats& stats_;
+  uint64_t done_ = 0, total_ = 0;  // bytes of the .distcp files converted, of all of them
+};
+
+// Regular files directly in `dir`, by name.
+std::vector<std::string> FolderFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file()) out.push_back(entry.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool IsTemporary(const std::string& name) { return name.find(".zckpt-tmp-") != std::string::npos; }
+
+// What ConvertDcpFolder does with each file of the folder: the entries of each `.distcp` file the
+// metadata names (that file becomes a container), and the other files (copied). The pointers
+// point into `md`.
+struct ConvertPlan {
+  std::map<std::string, std::vector<const pickle::DcpStorage*>> by_file;
+  std::vector<std::string> copied;
+};
+
+ConvertPlan PlanConvert(const std::string& source, const pickle::DcpMetadata& md) {
+  ConvertPlan plan;
+  for (const pickle::DcpStorage& s : md.storage) {
+    if (!s.file_slice)
+      throw Error(ErrorKind::kInvalidArgument, source + ": already zckpt's DCP layout (written by ZckptStorageWriter)");
+    plan.by_file[s.relative_path].push_back(&s);
+  }
+  for (const std::string& name : FolderFiles(source))
+    if (!plan.by_file.count(name) && !IsTemporary(name)) plan.copied.push_back(name);
+  return plan;
+}
+
+std::string ContainerName(const std::string& distcp) {
+  return (dcp::EndsWith(distcp, dcp::kDistcpSuffix) ? distcp.substr(0, distcp.size() - dcp::kDistcpSuffix.size()) : distcp) +
+         std::string(dcp::kContainerSuffix);
+}
+
+// What ExportDcpFolder writes: each container converted from a `.distcp` file (opened, its
+// original name checked), and the other files (copied).
+struct ExportPlan {
+  std::vector<std::unique_ptr<Container>> containers;
+  std::vector<std::string> copied;
+};
+
+ExportPlan PlanExport(const std::string& source) {
+  (void)dcp::ReadFolderMetadata(source);  // a folder whose metadata zckpt cannot read is not exported
+  ExportPlan plan;
+  std::set<std::string> outputs;
+  for (const std::string& name : FolderFiles(source)) {
+    if (IsTemporary(name)) continue;
+    if (!dcp::EndsWith(name, dcp::kContainerSuffix)) {
+      plan.copied.push_back(name);
+      continue;
+    }
+    auto c = Container::Open(source + "/" + name);
+    auto original = c->FindMetadata(dcp::kKeySourceName);
+    if (!original)
+      throw Error(ErrorKind::kInvalidArgument,
+                  c->path() + ": written by zckpt.dcp.ZckptStorageWriter, not converted from a .distcp file: there is "
+                              "no FileSystemWriter layout to give back (read the folder with ZckptStorageReader)");
+    std::string out(*original);
+    if (out.empty() || out.find('/') != std::string::npos || out == "." || out == ".." || !outputs.insert(out).second)
+      throw Error(ErrorKind::kCorrupt, c->path() + ": metadata '" + std::string(dcp::kKeySourceName) + "' = '" + out +
+                                           "' is not a file name of its own");
+    plan.containers.push_back(std::move(c));
+  }
+  return plan;
+}
+
+void CreateFolder(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(ErrorKind::kIo, dir + ": cannot create the folder: " + ec.message());
+}
+
+}  // namespace
+
+bool IsDcpFolder(const std::string& dir) { return convert::IsDcpFolder(dir); }
+
+std::vector<std::string> DcpConvertOutputs(const std::string& source, const std::string& destination) {
+  pickle::DcpMetadata md = dcp::ReadFolderMetadata(source);
+  ConvertPlan plan = PlanConvert(source, md);
+  std::vector<std::string> out;
+  for (const auto& [name, entries] : plan.by_file) out.push_back(destination + "/" + ContainerName(name));
+  for (const std::string& name : plan.copied) out.push_back(destination + "/" + name);
+  return out;
+}
+
+DcpConvertStats ConvertDcpFolder(const std::string& source, const std::string& destination, const ConvertOptions& options) {
+  pickle::DcpMetadata md = dcp::ReadFolderMetadata(source);
+  ConvertPlan plan = PlanConvert(source, md);
+  DcpConvertStats stats;
+  DistcpConverter converter(md, options, stats);
+  uint64_t total = 0;
+  for (const auto& [name, entries] : plan.by_file) {
+    struct stat st;
+    std::string path = source + "/" + name;
+    if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::kCorrupt, path + ": missing (the metadata lists pieces in it)");
+    total += static_cast<uint64_t>(st.st_size);
+  }
+  CreateFolder(destination);
+  converter.SetTotal(total);
+  for (const auto& [name, entries] : plan.by_file)
+    converter.Run(source + "/" + name, name, entries, destination + "/" + ContainerName(name));
+  for (const std::string& name : plan.copied) {
+    CopyPlainFile(source + "/" + name, destination + "/" + name);
+    stats.copied++;
+  }
+  return stats;
+}
+
+std::vector<std::string> DcpExportOutputs(const std::string& source, const std::string& destination) {
+  ExportPlan plan = PlanExport(source);
+  std::vector<std::string> out;
+  for (const auto& c : plan.containers) out.push_back(destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName)));
+  for (const std::string& name : plan.copied) out.push_back(destination + "/" + name);
+  return out;
+}
+
+void ExportDcpFolder(const std::string& source, const std::string& destination) {
+  ExportPlan plan = PlanExport(source);
+  CreateFolder(destination);
+  for (const auto& c : plan.containers) {
+    // Every piece of the original file by its offset: storages keyed by offset (with their head
+    // and tail blobs), BytesIO items and gaps; they must tile the file exactly.
+    struct Part {
+      uint64_t offset = 0;
+      std::string blob;                   // a whole blob
+      std::optional<uint32_t> storage;    // or head + storage + tail
+    };
+    std::vector<Part> parts;
+    for (uint32_t s = 0; s < c->storage_count(); ++s) parts.push_back(Part{std::stoull(std::string(c->storage(s).key)), "", s});
+    for (uint32_t b = 0; b < c->blob_count(); ++b) {
+      std::string name(c->blob(b).name);
+      for (std::string_view prefix : {dcp::kBytesAtBlob, dcp::kGapBlob})
+        if (name.rfind(prefix, 0) == 0) parts.push_back(Part{std::stoull(name.substr(prefix.size())), name, std::nullopt});
+    }
+    std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
+    const std::string out = destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName));
+    AtomicFile f(out);
+    auto blob = [&](const std::string& name) { return convert::CheckedBlob(*c, name, "the converted .distcp layout"); };
+    for (const Part& p : parts) {
+      if (p.offset != f.position())
+        throw Error(ErrorKind::kCorrupt, c->path() + ": the pieces do not tile the original file: one starts at byte " +
+                                             std::to_string(p.offset) + ", the bytes before it end at " + std::to_string(f.position()));
+      if (!p.storage) {
+        auto bytes = blob(p.blob);
+        f.Write(bytes.data(), bytes.size());
+        continue;
+      }
+      std::string at = std::to_string(p.offset);
+      auto head = blob(std::string(dcp::kHeadBlob) + at);
+      f.Write(head.data(), head.size());
+      convert::StreamStorage(*c, *p.storage, [&](std::span<const uint8_t> piece) { f.Write(piece.data(), piece.size()); });
+      auto tail = blob(std::string(dcp::kTailBlob) + at);
+      f.Write(tail.data(), tail.size());
+    }
+    auto size = c->FindMetadata(dcp::kKeySourceBytes);
+    if (!size || std::to_string(f.position()) != *size)
+      throw Error(ErrorKind::kCorrupt, c->path() + ": the pieces end at byte " + std::to_string(f.position()) +
+                                           ", the original file had " + (size ? std::string(*size) : "no recorded size"));
+    f.Commit();
+  }
+  for (const std::string& name : plan.copied) CopyPlainFile(source + "/" + name, destination + "/" + name);
+}
+
+DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
+  DcpVerifyReport report;
+  pickle::DcpMetadata md = dcp::ReadFolderMetadata(dir);
+  std::map<std::string, std::unique_ptr<Container>> containers;
+  std::map<std::string, std::shared_ptr<const MappedFile>> distcp;
+  std::set<std::string> unopenable;
+  auto open = [&](const std::string& path) -> const Container& {
+    auto& c = containers[path];
+    if (!c) c = Container::Open(path);
+    return *c;
+  };
+  auto check = [&](const std::string& what, auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      report.problems.push_back(msg.find(dir) == std::string::npos ? what + ": " + msg : msg);
+    }
+  };
+  for (const pickle::DcpItem& item : md.items) {
+    const std::string what = dir + ": '" + item.fqn + "'";
+    if (!item.is_tensor) {
+      const pickle::DcpStorage* s = md.FindStorage(item.fqn, {});
+      if (!s) {
+        report.problems.push_back(what + ": no storage entry");
+        continue;
+      }
+      check(what, [&] {
+        std::span<const uint8_t> bytes;
+        std::string where;
+        std::shared_ptr<const MappedFile> slice_file;
+        if (!s->file_slice) {
+          const Container& c = open(dir + "/" + s->relative_path);
+          bytes = convert::CheckedBlob(c, s->name, "the folder's .metadata");
+          where = c.path() + " blob '" + s->name + "'";
+        } else {
+          std::string converted = dcp::ConvertedContainer(dir, *s);
+          if (!converted.empty()) {
+            const Container& c = open(converted);
+            std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
+            bytes = convert::CheckedBlob(c, name, "the folder's .metadata");
+            where = c.path() + " blob '" + name + "'";
+          } else {
+            std::string file = dir + "/" + s->relative_path;
+            auto& f = distcp[file];
+            if (!f) f = std::make_shared<const MappedFile>(file);
+            if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
+              throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
+            bytes = {f->data() + s->file_offset, s->length};
+            where = file + " bytes [" + std::to_string(s->file_offset) + ", " + std::to_string(s->file_offset + s->length) + ")";
+            report.distcp_pieces++;
+          }
+        }
+        dcp::VetTorchSaveBytes(bytes, where);
+      });
+      report.bytes_items++;
+      continue;
+    }
+    for (const pickle::DcpChunk& chunk : item.chunks) {
+      const pickle::DcpStorage* s = md.FindStorage(item.fqn, chunk.offsets);
+      if (!s) {
+        report.problems.push_back(what + ": no storage entry for the piece at " + Dims(chunk.offsets));
+        continue;
+      }
+      check(what, [&] {
+        dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
+        std::string why;
+        if (loc.container) {
+          const Container& c = open(loc.file);
+          auto t = c.FindTensor(loc.tensor);
+          if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
+          TensorInfo info = c.tensor(*t);
+          why = PieceMismatch(item, *s, info.dtype, info.shape);
+          if (!why.empty()) why = c.path() + ": tensor '" + loc.tensor + "': " + why;
+        } else {
+          auto& f = distcp[loc.file];
+          if (!f) f = std::make_shared<const MappedFile>(loc.file);
+          dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
+          why = PieceMismatch(item, *s, t.view.dtype, t.view.shape);
+          if (!why.empty()) why = loc.file + ": " + why;
+          report.distcp_pieces++;
+        }
+        if (!why.empty()) throw Error(ErrorKind::kCorrupt, why);
+      });
+      report.tensors++;
+    }
+  }
+  // Every container in full, progress counted over all of them.
+  uint64_t total = 0, before = 0;
+  for (auto& [path, c] : containers)
+    if (c) total += c->file_bytes();
+  VerifyOptions vo = options;
+  if (options.progress) vo.progress = [&](uint64_t done, uint64_t) { options.progress(before + done, total); };
+  for (auto& [path, c] : containers) {
+    if (!c) continue;
+    VerifyReport r = c->Verify(vo);
+    for (const auto& p : r.problems) report.problems.push_back(p.message);
+    report.bytes_checked += r.bytes_checked;
+    report.containers++;
+    before += c->file_bytes();
+  }
+  return report;
+}
+
+}  // namespace zckpt

@@ -1,0 +1,111 @@
+// LoadRegions: boxes of tensor records into existing tensors (include/zckpt/load_regions.h).
+#include "zckpt/load_regions.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "loader/copy_views.h"
+#include "loader/stream.h"
+#include "loader/tensors.h"
+#include "zckpt/container.h"
+#include "zckpt/error.h"
+
+namespace zckpt {
+
+namespace {
+
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The record `t` narrowed to the box, or why it cannot be. Bounds are checked without overflow:
+// the record's own extent was validated at open, and the box lies inside its shape.
+std::optional<TensorInfo> Narrow(const TensorInfo& t, const Region& r, std::string* why) {
+  const std::string name = "'" + r.tensor + "'";
+  if (r.offsets.size() != t.shape.size() || r.lengths.size() != t.shape.size()) {
+    *why = name + " has " + std::to_string(t.shape.size()) + " dimensions, the box offsets " + Dims(r.offsets) +
+           " lengths " + Dims(r.lengths);
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (r.offsets[i] < 0 || r.lengths[i] < 0 || r.offsets[i] > t.shape[i] || r.lengths[i] > t.shape[i] - r.offsets[i]) {
+      *why = "box offsets " + Dims(r.offsets) + " lengths " + Dims(r.lengths) + " is outside " + name + " of shape " +
+             Dims(t.shape);
+      return std::nullopt;
+    }
+  }
+  TensorInfo v = t;
+  v.shape = r.lengths;
+  uint64_t numel = 1;
+  int64_t last = 0;  // element offset of the box's last element from its first
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    numel *= static_cast<uint64_t>(v.shape[i]);
+    v.storage_offset += static_cast<uint64_t>(r.offsets[i] * t.stride[i]);
+    if (v.shape[i] > 0) last += (v.shape[i] - 1) * t.stride[i];
+  }
+  uint64_t item = DTypeSize(t.dtype);
+  if (numel == 0) {
+    v.byte_begin = v.byte_end = 0;
+  } else {
+    v.byte_begin = v.storage_offset * item;
+    v.byte_end = (v.storage_offset + static_cast<uint64_t>(last) + 1) * item;
+  }
+  return v;
+}
+
+std::string TargetProblem(const Region& r) {
+  const at::Tensor& t = r.target;
+  const std::string name = "target of '" + r.tensor + "'";
+  if (!t.defined()) return name + " is an undefined tensor";
+  if (!t.has_storage() || (t.numel() > 0 && t.data_ptr() == nullptr))
+    return name + " has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
+  if (t.layout() != c10::kStrided) return name + " is not a dense (strided) tensor";
+  if (!t.is_cpu() && !t.is_cuda()) return name + " is on " + t.device().str() + ": only cpu and cuda targets are supported";
+  if (c10::IntArrayRef(r.lengths) != t.sizes())
+    return name + " has shape " + Dims(t.sizes().vec()) + ", the box has lengths " + Dims(r.lengths);
+  return "";
+}
+
+}  // namespace
+
+LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>& regions, const LoadOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto c = Container::Open(path);
+  loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
+  std::vector<loader::ViewCopy> copies;
+  std::vector<std::string> problems;
+  for (const Region& r : regions) {
+    std::optional<uint32_t> i = c->FindTensor(r.tensor);
+    if (!i) {
+      problems.push_back("no tensor '" + r.tensor + "'");
+      continue;
+    }
+    TensorInfo t = c->tensor(*i);
+    std::string why = TargetProblem(r);
+    std::optional<TensorInfo> v;
+    if (why.empty()) v = Narrow(t, r, &why);
+    if (!why.empty()) {
+      problems.push_back(why);
+      continue;
+    }
+    try {
+      loader::CheckViewable(*c, *v);
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+      continue;
+    }
+    copies.push_back(loader::ViewCopy{r.target, std::move(*v)});
+  }
+  if (!problems.empty()) {
+    std::string msg = "cannot load regions of " + path + ":";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw Error(ErrorKind::kInvalidArgument, msg);
+  }
+  loader::ViewCopyReport r = loader::CopyViews(*c, std::move(copies), options, t0);
+  return LoadRegionsReport{r.copies, r.direct, r.staged, r.stats};
+}
+
+}  // namespace zckpt
