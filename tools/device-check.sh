@@ -49,6 +49,7 @@ if [ -d "$DEPS" ]; then
   # would also prefix the host's own python3.pc and lose Python.h.)
   PCDIR=$(mktemp -d)
   for pc in "$DEPS"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$DEPS"/usr/share/pkgconfig/*.pc; do
+    [ -f "$pc" ] || continue  # a folder with no .pc file leaves its pattern unexpanded
     # (nlohmann_json.pc names /usr/include outright, with no prefix variable.)
     sed -e "s|^prefix=/usr\$|prefix=$DEPS/usr|" -e "s|-I/usr/include\$|-I$DEPS/usr/include|" "$pc" > "$PCDIR/$(basename "$pc")"
   done

@@ -63,6 +63,7 @@ DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uin
                                            " bytes, the pickle says " + std::to_string(t.storage.nbytes));
     t.storage_begin = offset + record->entry->data_offset;
     t.storage_end = t.storage_begin + bytes.size();
+    t.crc32 = record->entry->crc32;
     return t;
   } catch (const Error& e) {
     std::string msg = e.what();

@@ -66,6 +66,7 @@ struct DistcpTensor {
   pickle::TorchStorage storage;  // its one storage
   uint64_t storage_begin = 0;    // file offsets of the storage's bytes
   uint64_t storage_end = 0;
+  uint32_t crc32 = 0;            // the zip entry's CRC-32 of them (0: not recorded)
 };
 // Error(kCorrupt) naming the file and the range when it is not one torch.save archive of one
 // tensor lying inside the file, or the storage record is not where the archive says.

@@ -4,6 +4,7 @@
 #include <map>
 #include <string_view>
 
+#include "common/shape.h"
 #include "zckpt/error.h"
 
 namespace zckpt::pickle {
@@ -202,16 +203,6 @@ void WriteTensor(Writer& w, const DictTensor& t) {
 }
 
 }  // namespace
-
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> stride(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    stride[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
-  }
-  return stride;
-}
 
 std::string TorchSavePickleOfTensorDict(const std::vector<DictTensor>& tensors) {
   Writer w;

@@ -29,7 +29,4 @@ struct DictTensor {
 // with a negative size or one whose element count overflows.
 std::string TorchSavePickleOfTensorDict(const std::vector<DictTensor>& tensors);
 
-// torch's contiguous strides for `shape` (a size of 0 counts as 1, as torch computes them).
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
-
 }  // namespace zckpt::pickle

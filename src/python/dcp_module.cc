@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/shape.h"
 #include "convert/dcp_layout.h"
 #include "loader/tensors.h"
 #include "pickle/dcp_metadata.h"
@@ -45,16 +46,6 @@ DType FromScalarType(c10::ScalarType st) {
   if (it == table.end())
     throw Error(ErrorKind::kUnsupported, std::string("dtype ") + c10::toString(st) + " has no zckpt dtype code");
   return it->second;
-}
-
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> stride(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    stride[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
-  }
-  return stride;
 }
 
 // A ContainerWriter driven from Python. Every call that writes releases the GIL.

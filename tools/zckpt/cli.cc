@@ -1,6 +1,8 @@
 #include "cli.h"
 
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -8,6 +10,15 @@
 #include <filesystem>
 
 namespace zckpt::cli {
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string self(buf, static_cast<size_t>(n));
+  auto slash = self.rfind('/');
+  return slash == std::string::npos ? "" : self.substr(0, slash);
+}
 
 int ExitCodeFor(const Error& e) {
   switch (e.kind()) {

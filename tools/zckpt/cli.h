@@ -48,6 +48,10 @@ class Args {
 // command never writes over the file it reads.
 bool SameFile(const std::string& a, const std::string& b);
 
+// The folder of the running executable ("" when /proc is unavailable): where `zckpt` finds
+// zckpt-load and, in a build tree, the Python package.
+std::string SelfDir();
+
 // Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
 int UsageError(const std::string& command, const std::string& message);
 

@@ -2,7 +2,6 @@
 //
 // Why two binaries: LibTorch's start-up (loading and relocating ~1 GB of shared libraries) costs
 // ~0.5 s of CPU per run, more than a whole `zckpt verify` of a 1 GiB shard; only `load` needs it.
-#include <limits.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,20 +13,6 @@
 #include "commands.h"
 
 namespace zckpt::cli {
-
-namespace {
-
-// The folder of the running executable ("" when /proc is unavailable).
-std::string SelfDir() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  std::string self(buf, static_cast<size_t>(n));
-  auto slash = self.rfind('/');
-  return slash == std::string::npos ? "" : self.substr(0, slash);
-}
-
-}  // namespace
 
 int ExecLoad(const Argv& args) {
   std::string dir = SelfDir();

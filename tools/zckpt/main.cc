@@ -17,10 +17,12 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"convert", zckpt::cli::RunConvert, "rewrite .pt / .safetensors files (or a checkpoint folder) as .zckpt containers"},
-    {"verify", zckpt::cli::RunVerify, "check every checksum and structural rule of containers"},
+    {"convert", zckpt::cli::RunConvert, "rewrite .pt / .safetensors files, or a checkpoint or DCP folder, as .zckpt containers"},
+    {"verify", zckpt::cli::RunVerify, "check every checksum and structural rule of containers (and DCP folders)"},
     {"ls", zckpt::cli::RunLs, "list a container's tensors, storages, chunks and metadata"},
-    {"export", zckpt::cli::RunExport, "write a container back as a .pt (or .safetensors) file"},
+    {"export", zckpt::cli::RunExport, "write a container back as a .pt (or .safetensors) file, a DCP folder as .distcp"},
+    {"merge", zckpt::cli::RunMerge, "reassemble full tensors of a sharded checkpoint into a container or a HF folder"},
+    {"reshard", zckpt::cli::RunReshard, "rewrite verl per-rank files for another world size (runs python -m zckpt)"},
     {"load", zckpt::cli::ExecLoad, "stream a container into tensors on a device and report speed and memory"},
     {"bench", zckpt::cli::RunBench, "benchmark verify/load against baselines measured in the same run"},
 };

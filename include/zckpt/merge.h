@@ -1,0 +1,52 @@
+// Reassembling full tensors from sharded checkpoints, without Python or torch: verl's per-rank
+// files (`model_world_size_W_rank_R.zckpt` or `.pt`, FSDP1 ShardedTensor or FSDP2 DTensor shards)
+// and torch.distributed.checkpoint folders (zckpt's or FileSystemWriter's layout). Each full
+// tensor is assembled in one host buffer from the pieces that tile it (every chunk checked on the
+// way when the pieces are in containers) and written out before the next one is started: host
+// memory is the largest tensor plus a chunk, not the model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "zckpt/container_writer.h"
+
+namespace zckpt {
+
+struct MergeOptions {
+  // verl layout: the file family `<files>_world_size_W_rank_R` to merge ("model", "optim").
+  std::string files = "model";
+  // Keep only tensors whose name starts with this, and drop it from the name (a DCP folder saved
+  // as {"model": ..., "optim": ...} gives `--keys model.` the model's own names).
+  std::string keys;
+  // Hugging Face output: the most bytes of tensors in one safetensors file (a larger tensor gets
+  // a file of its own).
+  uint64_t max_shard_bytes = 5ull << 30;
+  WriterOptions writer;  // container output
+  // (bytes assembled, total bytes) after each tensor.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct MergeStats {
+  std::string layout;           // "verl (8 ranks)", "DCP (zckpt)", "DCP (FileSystemWriter)"
+  uint64_t tensors = 0;
+  uint64_t pieces = 0;          // pieces read (replicas of one piece counted once)
+  uint64_t bytes = 0;           // bytes of the full tensors
+  uint64_t largest_tensor = 0;  // the biggest host buffer the merge held
+  std::vector<std::string> written;  // files written
+};
+
+// Merges the checkpoint in `dir` into `out`: a container when `out` ends in `.zckpt` (tensors by
+// name, plus an object pickle so zckpt.load and `zckpt export` give the {name: tensor} dict),
+// otherwise a Hugging Face folder (`model.safetensors`, or `model-0000K-of-0000N.safetensors`
+// shards with `model.safetensors.index.json`; the files of `dir/huggingface/` copied beside).
+// Before a byte is written, every tensor's pieces must tile it exactly (no gap, no overlap other
+// than identical replicas) with one dtype. Throws Error: kCorrupt (a bad chunk, pieces that do
+// not tile, metadata that disagrees with the files), kUnsupported (Partial or _StridedShard
+// placements, quantized tensors, a DTensor mesh other than ranks 0..W-1 in order, dtypes
+// safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo.
+MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options = {});
+
+}  // namespace zckpt

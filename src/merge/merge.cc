@@ -1,0 +1,194 @@
+// MergeCheckpoint (include/zckpt/merge.h): discover and check the pieces, then write one full
+// tensor at a time into a container or safetensors files.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
+#include "common/shape.h"
+#include "convert/dcp_layout.h"
+#include "merge/assemble.h"
+#include "merge/layouts.h"
+#include "pickle/json_writer.h"
+#include "pickle/torch_save_pickle.h"
+#include "safetensors/header_writer.h"
+#include "zckpt/container_writer.h"
+#include "zckpt/error.h"
+#include "zckpt/format.h"
+#include "zckpt/merge.h"
+
+namespace zckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One full tensor's bytes at a time (the merge's whole host memory beside a chunk).
+struct Buffer {
+  std::unique_ptr<uint8_t[]> data;
+  uint64_t size = 0;
+  uint8_t* Get(uint64_t bytes) {
+    if (bytes > size || bytes < size / 2) {  // shrink too: the largest tensor need not stay resident
+      data.reset();
+      data.reset(new uint8_t[std::max<uint64_t>(bytes, 1)]);
+      size = bytes;
+    }
+    return data.get();
+  }
+};
+
+void MergeToContainer(merge::Checkpoint& ck, const std::string& out, const MergeOptions& options, MergeStats& stats) {
+  ContainerWriter w(out, options.writer);
+  merge::Assembler assembler;
+  Buffer buffer;
+  std::vector<pickle::DictTensor> pickled;
+  uint64_t done = 0;
+  for (uint32_t i = 0; i < ck.tensors.size(); ++i) {
+    const merge::FullTensor& t = ck.tensors[i];
+    uint64_t bytes = t.bytes();
+    uint8_t* data = buffer.Get(bytes);
+    assembler.Assemble(t, data);
+    std::string key = std::to_string(i);
+    uint32_t s = w.AddStorage(NewStorage{key, "cpu", t.dtype, false}, {data, bytes});
+    NewTensor nt;
+    nt.name = t.name;
+    nt.storage = s;
+    nt.dtype = t.dtype;
+    nt.shape = t.shape;
+    nt.stride = ContiguousStrides(t.shape);
+    w.AddTensor(nt);
+    pickled.push_back(pickle::DictTensor{t.name, key, t.dtype, t.shape});
+    done += bytes;
+    if (options.progress) options.progress(done, stats.bytes);
+  }
+  std::string pkl = pickle::TorchSavePickleOfTensorDict(pickled);
+  w.AddBlob(std::string(format::kObjectPickleBlob), {reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()});
+  w.SetMetadata("zckpt.merge.layout", ck.layout);
+  w.Commit();
+  stats.written.push_back(out);
+}
+
+// safetensors' entry for a torch dtype; nullopt when it has none, or counts elements otherwise
+// than torch (F4: the header's shape would not be the tensor's).
+std::optional<safetensors::DTypeInfo> SafetensorsDtype(DType d) {
+  auto info = safetensors::FindTorchDType(d);
+  if (!info || info->bits < 8) return std::nullopt;
+  return info;
+}
+
+std::string ShardName(size_t k, size_t n) {
+  if (n == 1) return "model.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return buf;
+}
+
+void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats& stats) {
+  for (const auto& entry : fs::directory_iterator(from)) {
+    if (!entry.is_regular_file()) continue;
+    std::string name = entry.path().filename().string();
+    // Weights in huggingface/ (if any) are not the merged ones: leave them out.
+    if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || name == "model.safetensors.index.json" ||
+        name == "pytorch_model.bin.index.json" || name.find(".zckpt-tmp-") != std::string::npos)
+      continue;
+    MappedFile in(entry.path().string());
+    AtomicFile out(to + "/" + name);
+    if (in.size()) out.Write(in.data(), in.size());
+    out.Commit();
+    stats.written.push_back(to + "/" + name);
+  }
+}
+
+void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const MergeOptions& options, MergeStats& stats) {
+  for (const merge::FullTensor& t : ck.tensors)
+    if (!SafetensorsDtype(t.dtype))
+      throw Error(ErrorKind::kUnsupported, "tensor '" + t.name + "' is " + std::string(DTypeName(t.dtype)) +
+                                               ", which safetensors has no dtype for (merge into a .zckpt instead)");
+  // Tensors into shards in order, each shard up to max_shard_bytes (one bigger tensor alone).
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t in_shard = 0;
+  for (size_t i = 0; i < ck.tensors.size(); ++i) {
+    uint64_t b = ck.tensors[i].bytes();
+    if (!shards.back().empty() && in_shard + b > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += b;
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw Error(ErrorKind::kIo, out + ": cannot create the folder: " + ec.message());
+  merge::Assembler assembler;
+  Buffer buffer;
+  uint64_t done = 0;
+  pickle::JsonObject weight_map;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string name = ShardName(k, shards.size());
+    // The header first: every offset is known from the shapes.
+    std::vector<safetensors::TensorEntry> entries;
+    uint64_t offset = 0;
+    for (size_t i : shards[k]) {
+      const merge::FullTensor& t = ck.tensors[i];
+      entries.push_back(safetensors::TensorEntry{t.name, *SafetensorsDtype(t.dtype),
+                                                 std::vector<uint64_t>(t.shape.begin(), t.shape.end()), offset,
+                                                 offset + t.bytes()});
+      weight_map.String(t.name, name);
+      offset += t.bytes();
+    }
+    std::string h = safetensors::FormatHeader(entries, /*has_metadata=*/true, {{"format", "pt"}});
+    uint8_t len[8];
+    for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
+    AtomicFile f(out + "/" + name);
+    f.Write(len, sizeof len);
+    f.Write(h.data(), h.size());
+    for (size_t i : shards[k]) {
+      const merge::FullTensor& t = ck.tensors[i];
+      uint64_t bytes = t.bytes();
+      uint8_t* data = buffer.Get(bytes);
+      assembler.Assemble(t, data);
+      f.Write(data, bytes);
+      done += bytes;
+      if (options.progress) options.progress(done, stats.bytes);
+    }
+    f.Commit();
+    stats.written.push_back(out + "/" + name);
+  }
+  if (shards.size() > 1) {
+    pickle::JsonObject metadata;
+    metadata.Int("total_size", static_cast<int64_t>(stats.bytes));
+    pickle::JsonObject index;
+    index.Raw("metadata", metadata.str());
+    index.Raw("weight_map", weight_map.str());
+    std::string text = index.str() + "\n";
+    AtomicFile f(out + "/model.safetensors.index.json");
+    f.Write(text.data(), text.size());
+    f.Commit();
+    stats.written.push_back(out + "/model.safetensors.index.json");
+  }
+  if (!ck.huggingface_dir.empty()) CopyFolderFiles(ck.huggingface_dir, out, stats);
+}
+
+}  // namespace
+
+MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options) {
+  merge::Checkpoint ck = merge::Discover(dir, options);
+  MergeStats stats;
+  stats.layout = ck.layout;
+  stats.tensors = ck.tensors.size();
+  for (const merge::FullTensor& t : ck.tensors) {
+    stats.pieces += t.pieces.size();
+    stats.bytes += t.bytes();
+    stats.largest_tensor = std::max(stats.largest_tensor, t.bytes());
+  }
+  if (dcp::EndsWith(out, ".zckpt")) MergeToContainer(ck, out, options, stats);
+  else MergeToHuggingFace(ck, out, options, stats);
+  return stats;
+}
+
+}  // namespace zckpt
