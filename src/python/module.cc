@@ -23,7 +23,7 @@ namespace py = pybind11;
 
 namespace zckpt {
 
-void RegisterDcp(py::module_& m);  // dcp_module.cc
+void RegisterSharded(py::module_& m);  // sharded_module.cc
 
 namespace {
 
@@ -330,5 +330,5 @@ PYBIND11_MODULE(_C, m) {
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
   zckpt::BindSave(m);
-  zckpt::RegisterDcp(m);
+  zckpt::RegisterSharded(m);
 }

@@ -1,7 +1,8 @@
-// zckpt._C, the part torch.distributed.checkpoint's storage layer (zckpt/dcp.py) stands on: a
-// container writer fed from Python (tensors on any device, streamed out in pieces), a loader of
-// boxes of saved tensors into destination tensors (LoadRegions), and a container's storage ->
-// tensors map. Registered from module.cc's PYBIND11_MODULE.
+// zckpt._C, the parts sharded checkpoints stand on. For torch.distributed.checkpoint's storage
+// layer (zckpt/dcp.py): a container writer fed from Python (tensors on any device, streamed out
+// in pieces), a loader of boxes of saved tensors into destination tensors (LoadRegions), a
+// container's storage -> tensors map, `.metadata` and BytesIO vetting by zckpt's interpreter.
+// For zckpt/reshard.py: MergeCheckpoint. Registered from module.cc's PYBIND11_MODULE.
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -20,6 +21,7 @@
 #include "zckpt/container_writer.h"
 #include "zckpt/error.h"
 #include "zckpt/load_regions.h"
+#include "zckpt/merge.h"
 
 namespace py = pybind11;
 
@@ -178,9 +180,27 @@ std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<s
   return out;
 }
 
+py::dict Merge(const std::string& dir, const std::string& out, const std::string& files, const std::string& keys) {
+  MergeOptions o;
+  o.files = files;
+  o.keys = keys;
+  MergeStats s;
+  {
+    py::gil_scoped_release release;
+    s = MergeCheckpoint(dir, out, o);
+  }
+  py::dict d;
+  d["layout"] = s.layout;
+  d["tensors"] = s.tensors;
+  d["bytes"] = s.bytes;
+  d["largest_tensor"] = s.largest_tensor;
+  d["written"] = s.written;
+  return d;
+}
+
 }  // namespace
 
-void RegisterDcp(py::module_& m) {
+void RegisterSharded(py::module_& m) {
   py::class_<PyContainerWriter>(m, "ContainerWriter")
       .def(py::init<const std::string&, uint64_t, int, unsigned>(), py::arg("path"), py::arg("chunk_bytes") = 0,
            py::arg("zstd_level") = 0, py::arg("threads") = 0)
@@ -193,6 +213,7 @@ void RegisterDcp(py::module_& m) {
   m.def("storage_tensors", &StorageTensors, py::arg("path"));
   m.def("check_dcp_metadata", &CheckDcpMetadata, py::arg("data"), py::arg("what"));
   m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"));
+  m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }
 
 }  // namespace zckpt

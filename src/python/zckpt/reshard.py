@@ -1,0 +1,261 @@
+"""Resharding verl's per-rank checkpoint files to another world size.
+
+    python -m zckpt reshard CKPT_DIR --world-size N -o OUT      (or: zckpt reshard ...)
+
+verl saves one file per rank and family: `model_world_size_W_rank_R.pt` (FSDP2: DTensors; FSDP1:
+ShardedTensors), `optim_world_size_W_rank_R.pt` (the same for the optimizer's moments),
+`extra_state_world_size_W_rank_R.pt` (scheduler and RNG states). Resuming at N ranks needs the
+same files for N ranks. For each family holding sharded tensors:
+
+1. `zckpt merge` (C++, no torch) reassembles every full tensor into a temporary container, one
+   tensor in memory at a time, every chunk checked, the shards checked to tile each tensor;
+2. for each new rank r, rank 0's file gives the structure (keys, non-tensor values, each
+   tensor's placements), and each sharded tensor is rebuilt as torch itself builds it at world
+   size N: DTensor.from_local on a 1-D DeviceMesh of N ranks at the local shape and offset
+   torch's compute_local_shape_and_global_offset gives rank r; FSDP1's ShardedTensor with
+   FSDP's own _create_chunk_sharded_tensor. No collective runs: a fake process group of N
+   ranks stands in (torch's testing FakeStore), so one process writes every rank's file;
+3. torch.save writes it and zckpt converts it (`.zckpt`, or `.pt` with `fmt="pt"`).
+
+Families without sharded tensors (extra_state: RNG states are per rank) are copied, new rank r
+getting old rank r % W's file, and the report says so. Every other file (huggingface/,
+fsdp_config.json with its world_size updated) is copied.
+
+Memory: the merge holds the largest tensor; writing rank r holds rank r's new shards (about
+1/N of the family) plus the mapped merged container (page cache, not heap).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import torch
+
+from . import _C
+from ._api import load
+
+RANK_FILE = re.compile(r"^(?P<family>.+)_world_size_(?P<world>[0-9]+)_rank_(?P<rank>[0-9]+)\.(?P<ext>zckpt|pt)$")
+
+
+def _families(ckpt_dir):
+    """family -> (old world size, {rank: path}); a rank's .zckpt preferred to its .pt."""
+    out = {}
+    for name in sorted(os.listdir(ckpt_dir)):
+        m = RANK_FILE.match(name)
+        if not m or not os.path.isfile(os.path.join(ckpt_dir, name)):
+            continue
+        family, world, rank = m["family"], int(m["world"]), int(m["rank"])
+        w, files = out.setdefault(family, (world, {}))
+        if w != world:
+            raise ValueError(f"{ckpt_dir}: {family} files of world sizes {w} and {world} side by side")
+        if rank not in files or name.endswith(".zckpt"):
+            files[rank] = os.path.join(ckpt_dir, name)
+    for family, (world, files) in out.items():
+        missing = [r for r in range(world) if r not in files]
+        if missing:
+            raise ValueError(f"{ckpt_dir}: {family} is missing ranks {missing} of {world}")
+    return out
+
+
+class _FakeGroup:
+    """A fake default process group of `world` ranks, as rank `rank`: DeviceMesh and
+    ShardedTensor objects can be built and pickled for any rank without any collective."""
+
+    def __init__(self, rank, world):
+        self.rank, self.world = rank, world
+
+    def __enter__(self):
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        if dist.is_initialized():
+            raise RuntimeError("reshard runs outside any process group (one process writes every rank)")
+        dist.init_process_group("fake", store=FakeStore(), rank=self.rank, world_size=self.world)
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def _load_template(path, tmp):
+    """Rank 0's file as torch objects. A .pt is converted first, so zckpt's interpreter has read
+    (and vetted) its pickle before torch's unpickler sees it; torch's weights-only unpickler is
+    tried first (it knows DTensor), the full one only for what it refuses (ShardedTensor)."""
+    import pickle
+
+    import torch.distributed.tensor  # noqa: F401  (weights_only=True loads DTensors once imported)
+
+    if not path.endswith(".zckpt"):
+        converted = os.path.join(tmp, "template.zckpt")
+        _C.convert(path, converted, 0, 0, 0)
+        path = converted
+    try:
+        return load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        return load(path, map_location="cpu", weights_only=False)
+
+
+def _walk(obj, path, fn):
+    """obj with fn(leaf, name) applied to every DTensor/ShardedTensor leaf; names as zckpt's
+    converter gives them (keys and indices joined with '.')."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(obj, (DTensor, ShardedTensor)):
+        return fn(obj, path)
+    join = (lambda k: f"{path}.{k}") if path else str
+    if isinstance(obj, dict):
+        out = type(obj)((k, _walk(v, join(k), fn)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata  # an nn.Module state dict's version info
+        return out
+    if isinstance(obj, list):
+        return [_walk(v, join(i), fn) for i, v in enumerate(obj)]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_walk(v, join(i), fn) for i, v in enumerate(obj))
+    return obj
+
+
+def _has_sharded(obj):
+    found = []
+    _walk(obj, "", lambda leaf, name: found.append(name) or leaf)
+    return bool(found)
+
+
+def _reshard_dtensor(leaf, full, rank, world, meshes):
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    mesh = leaf.device_mesh
+    if mesh.ndim != 1:
+        raise NotImplementedError(f"a DTensor on a {mesh.ndim}-d mesh: only 1-d meshes (FSDP) are resharded")
+    for p in leaf.placements:
+        if type(p) not in (Shard, Replicate):
+            raise NotImplementedError(f"placement {p}: only Shard and Replicate are resharded")
+    key = (mesh.device_type, mesh.mesh_dim_names)
+    if key not in meshes:  # one mesh per rank file, shared by its DTensors as in a real save
+        meshes[key] = DeviceMesh(mesh.device_type, torch.arange(world), mesh_dim_names=mesh.mesh_dim_names,
+                                 _init_backend=False)
+    new_mesh = meshes[key]
+    shape, offset = compute_local_shape_and_global_offset(full.shape, new_mesh, leaf.placements)
+    local = full[tuple(slice(o, o + s) for o, s in zip(offset, shape))].clone()
+    out = DTensor.from_local(local, new_mesh, leaf.placements, run_check=False, shape=full.shape, stride=full.stride())
+    if isinstance(leaf, torch.nn.Parameter):
+        out = torch.nn.Parameter(out, requires_grad=leaf.requires_grad)
+    return out
+
+
+def _reshard_sharded_tensor(leaf, full, rank, world):
+    import torch.distributed as dist
+    from torch.distributed.fsdp._shard_utils import _create_chunk_sharded_tensor
+
+    shards = leaf.metadata().shards_metadata
+    dims = {d for m in shards for d, o in enumerate(m.shard_offsets) if o != 0}
+    if dims - {0}:
+        raise NotImplementedError("a ShardedTensor not split along dim 0: only FSDP's chunk sharding is resharded")
+    device = shards[0].placement.device() if shards else torch.device("cpu")
+    per_node = max((m.placement.device().index or 0) + 1 for m in shards) if shards else 1
+    return _create_chunk_sharded_tensor(full, rank, world, per_node, dist.group.WORLD, device=torch.device(device.type))
+
+
+def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print):
+    """Writes `ckpt_dir`'s verl per-rank files resharded for `world_size` ranks into `out`."""
+    if world_size < 1:
+        raise ValueError("world_size must be >= 1")
+    families = _families(ckpt_dir)
+    if not families:
+        raise ValueError(f"{ckpt_dir}: no verl per-rank files (NAME_world_size_W_rank_R.zckpt or .pt)")
+    os.makedirs(out, exist_ok=True)
+    rank_files = set()
+    with tempfile.TemporaryDirectory(prefix=".zckpt-reshard-", dir=out) as tmp:
+        for family, (old_world, files) in families.items():
+            rank_files.update(os.path.basename(p) for p in files.values())
+            with _FakeGroup(0, old_world):
+                template = _load_template(files[0], tmp)
+            if not _has_sharded(template):
+                for r in range(world_size):
+                    src = files[r % old_world]
+                    dst = os.path.join(out, f"{family}_world_size_{world_size}_rank_{r}{os.path.splitext(src)[1]}")
+                    shutil.copyfile(src, dst)
+                log(f"{family}: no sharded tensors (per-rank state): new rank r is a copy of old rank r % {old_world}")
+                continue
+            merged = os.path.join(tmp, f"{family}.zckpt")
+            stats = _C.merge(ckpt_dir, merged, family, "")
+            full = load(merged, mmap=True)
+            for r in range(world_size):
+                with _FakeGroup(r, world_size):
+                    meshes = {}
+
+                    def rebuild(leaf, name):
+                        if name not in full:
+                            raise KeyError(f"{family}: the merged tensors have no '{name}'")
+                        t = full[name]
+                        if tuple(t.shape) != tuple(leaf.shape):
+                            raise ValueError(f"{family}: '{name}' is {tuple(leaf.shape)} in rank 0's file, "
+                                             f"{tuple(t.shape)} merged")
+                        if hasattr(leaf, "device_mesh"):
+                            return _reshard_dtensor(leaf, t, r, world_size, meshes)
+                        return _reshard_sharded_tensor(leaf, t, r, world_size)
+
+                    state = _walk(template, "", rebuild)
+                    name = f"{family}_world_size_{world_size}_rank_{r}"
+                    pt = os.path.join(tmp, name + ".pt")
+                    torch.save(state, pt)
+                    del state
+                if fmt == "pt":
+                    os.replace(pt, os.path.join(out, name + ".pt"))
+                else:
+                    _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
+                    os.unlink(pt)
+            del full
+            log(f"{family}: {old_world} -> {world_size} ranks ({stats['tensors']} tensors, {stats['bytes']} bytes, "
+                f"largest {stats['largest_tensor']})")
+    _copy_rest(ckpt_dir, out, rank_files, world_size)
+
+
+def _copy_rest(ckpt_dir, out, rank_files, world_size):
+    for root, dirs, names in os.walk(ckpt_dir):
+        rel = os.path.relpath(root, ckpt_dir)
+        dirs[:] = [d for d in dirs if not d.startswith(".zckpt-reshard-")]
+        for name in names:
+            if rel == "." and (name in rank_files or RANK_FILE.match(name)):
+                continue
+            dst_dir = os.path.join(out, rel)
+            os.makedirs(dst_dir, exist_ok=True)
+            src, dst = os.path.join(root, name), os.path.join(dst_dir, name)
+            if rel == "." and name == "fsdp_config.json":
+                with open(src) as f:
+                    config = json.load(f)
+                if isinstance(config, dict) and "world_size" in config:
+                    config["world_size"] = world_size
+                with open(dst, "w") as f:
+                    json.dump(config, f, indent=4)
+                continue
+            shutil.copyfile(src, dst)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="zckpt reshard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("ckpt_dir")
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("-o", "--output", required=True)
+    parser.add_argument("--format", choices=["zckpt", "pt"], default="zckpt",
+                        help="write .zckpt containers (default) or torch.save .pt files")
+    args = parser.parse_args(argv)
+    if os.path.abspath(args.output) == os.path.abspath(args.ckpt_dir):
+        parser.error("the output folder is the checkpoint folder")
+    try:
+        reshard(args.ckpt_dir, args.world_size, args.output, fmt=args.format)
+    except _C.ZckptError as e:
+        print(f"zckpt reshard: {e}", file=sys.stderr)
+        return 1 if isinstance(e, (_C.CorruptError, _C.UnsafeError)) else 2
+    except (ValueError, KeyError, NotImplementedError, OSError) as e:
+        print(f"zckpt reshard: {e}", file=sys.stderr)
+        return 2
+    return 0
