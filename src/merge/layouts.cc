@@ -72,6 +72,17 @@ SavedView ContainerView(const Container& c, const TensorInfo& t) {
   return v;
 }
 
+// A rank's file saved as another rank's (a copy or a rename) would put its shards in the wrong
+// place while tiling perfectly, so the name torch.save recorded (the archive's record prefix is
+// the file's stem) must agree with the file's.
+void CheckSavedAs(const std::string& path, std::string_view saved, const std::string& files, int64_t world, int64_t rank) {
+  std::string expected = files + "_world_size_" + std::to_string(world) + "_rank_" + std::to_string(rank);
+  static const std::regex pattern("^.+_world_size_[0-9]+_rank_[0-9]+$");
+  std::string s(saved);
+  if (std::regex_match(s, pattern) && s != expected)
+    throw Error(ErrorKind::kCorrupt, path + ": saved as " + s + ", not " + expected + " (a renamed or copied rank file)");
+}
+
 // Container tensor records.
 std::vector<Record> ContainerRecords(const Container& c) {
   std::vector<Record> out;
@@ -83,8 +94,9 @@ std::vector<Record> ContainerRecords(const Container& c) {
 }
 
 // .pt tensor records: zckpt's interpreter over data.pkl, storages as byte ranges of the mapping.
-std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file) {
+std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file, std::string* saved_as) {
   pt::TorchArchive archive(file);
+  *saved_as = archive.prefix();
   pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"));
   pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
   std::vector<Record> out;
@@ -203,9 +215,15 @@ Piece DTensorPiece(const Record& r, int64_t rank, int64_t world, std::vector<int
   return Piece{r.view, offset};
 }
 
-Piece ShardPiece(const Record& r, std::vector<int64_t>* global) {
+Piece ShardPiece(const Record& r, int64_t rank, std::vector<int64_t>* global) {
   const std::string& what = r.view.what;
   json j = ParseExtra(r.extra, what);
+  // "rank:R/cuda:0": the shard's own record of whose it is.
+  if (auto p = j.find("placement"); p != j.end() && p->is_string()) {
+    std::string placement = p->get<std::string>(), expected = "rank:" + std::to_string(rank) + "/";
+    if (placement.rfind("rank:", 0) == 0 && placement.rfind(expected, 0) != 0)
+      throw Error(ErrorKind::kCorrupt, what + ": a shard placed on " + placement + " in rank " + std::to_string(rank) + "'s file");
+  }
   *global = IntList(j, "global_shape", what);
   std::vector<int64_t> offsets = IntList(j, "shard_offsets", what), sizes = IntList(j, "shard_sizes", what);
   if (sizes != r.view.shape) throw Error(ErrorKind::kCorrupt, what + ": its shard sizes differ from its shape");
@@ -258,14 +276,17 @@ Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
   const std::regex local_shard("^(.*)\\.local_shards\\.[0-9]+$");
   for (const auto& [rank, path] : files) {
     std::vector<Record> records;
+    std::string saved_as;
     if (dcp::EndsWith(path, ".zckpt")) {
       ck.containers.push_back(Container::Open(path));
       records = ContainerRecords(*ck.containers.back());
+      saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
     } else {
       auto file = std::make_shared<const MappedFile>(path);
       ck.files.push_back(file);
-      records = ArchiveRecords(file);
+      records = ArchiveRecords(file, &saved_as);
     }
+    CheckSavedAs(path, saved_as, options.files, world, rank);
     CheckMeshRanks(records, world, path, assembler);
     for (const Record& r : records) {
       if ((r.flags & format::kTensorInternal) || IsMeshTensor(r)) continue;
@@ -279,7 +300,7 @@ Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
       if (r.flags & format::kTensorDTensorLocal) {
         piece = DTensorPiece(r, rank, world, &global);
       } else if (r.flags & format::kTensorShardedLocal) {
-        piece = ShardPiece(r, &global);
+        piece = ShardPiece(r, rank, &global);
         std::smatch m;
         if (std::regex_match(name, m, local_shard)) name = m[1];
       } else {
