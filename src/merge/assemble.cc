@@ -155,14 +155,27 @@ void Assembler::Stream(const SavedView& v, uint64_t begin, uint64_t end, uint8_t
     return;
   }
   if (end > v.bytes_size) throw Error(ErrorKind::kCorrupt, v.what + ": its bytes end past its storage");
+  // Mapped pages count in RSS until released: drop each piece's behind it, so memory stays the
+  // tensor being assembled however large the files.
+  auto release = [&](uint64_t from, uint64_t n) {
+    if (v.file) v.file->Release(static_cast<uint64_t>(v.bytes - v.file->data()) + from, n);
+  };
+  constexpr uint64_t kStep = 64ull << 20;
   if (v.crc32 != 0 && crc_checked_.insert(v.bytes).second) {
     uLong crc = crc32(0L, Z_NULL, 0);
-    for (uint64_t off = 0; off < v.bytes_size; off += 1u << 30)
-      crc = crc32(crc, v.bytes + off, static_cast<uInt>(std::min<uint64_t>(1u << 30, v.bytes_size - off)));
+    for (uint64_t off = 0; off < v.bytes_size; off += kStep) {
+      uint64_t n = std::min(kStep, v.bytes_size - off);
+      crc = crc32(crc, v.bytes + off, static_cast<uInt>(n));
+      release(off, n);
+    }
     if (static_cast<uint32_t>(crc) != v.crc32)
       throw Error(ErrorKind::kCorrupt, v.what + ": its storage's bytes fail their zip CRC-32");
   }
-  sink(begin, std::span<const uint8_t>(v.bytes + begin, end - begin));
+  for (uint64_t off = begin; off < end; off += kStep) {
+    uint64_t n = std::min(kStep, end - off);
+    sink(off, std::span<const uint8_t>(v.bytes + off, n));
+    release(off, n);
+  }
 }
 
 void Assembler::Assemble(const FullTensor& t, uint8_t* dst) {

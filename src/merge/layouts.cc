@@ -112,6 +112,7 @@ std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file
               (t.conj ? format::kTensorConj : 0) | (t.neg ? format::kTensorNeg : 0);
     r.extra = t.extra;
     r.view.what = file->path() + ": tensor '" + t.name + "'";
+    r.view.file = file.get();
     r.view.bytes = bytes.data();
     r.view.bytes_size = bytes.size();
     r.view.crc32 = rec->entry->crc32;
@@ -355,6 +356,7 @@ Checkpoint DiscoverDcp(const std::string& dir, const MergeOptions& options) {
         dcp::DistcpTensor d = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
         p.view.what = loc.file + " bytes [" + std::to_string(loc.offset) + ", " + std::to_string(loc.offset + loc.length) +
                       ") ('" + item.fqn + "')";
+        p.view.file = f.get();
         p.view.bytes = f->data() + d.storage_begin;
         p.view.bytes_size = d.storage_end - d.storage_begin;
         p.view.crc32 = d.crc32;

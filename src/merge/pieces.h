@@ -21,6 +21,7 @@ struct SavedView {
   std::string what;  // "FILE: tensor 'NAME'", for messages
   const Container* container = nullptr;
   uint32_t storage = 0;
+  const MappedFile* file = nullptr;  // file storages: the mapping (pages released behind the copy)
   const uint8_t* bytes = nullptr;  // file storages: the storage's bytes in the mapping
   uint64_t bytes_size = 0;
   uint32_t crc32 = 0;              // file storages: recorded CRC-32 (0: none)
