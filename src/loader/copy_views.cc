@@ -22,6 +22,18 @@ struct Staged {
 
 }  // namespace
 
+std::string TargetProblem(const std::string& name, const at::Tensor& target) {
+  if (!target.defined()) return "target '" + name + "' is an undefined tensor";
+  // Wrapper subclasses (DTensor) have no storage of their own: writing through their
+  // data_ptr() would write to nothing. Their local tensor is the target.
+  if (!target.has_storage() || (target.numel() > 0 && target.data_ptr() == nullptr))
+    return "target '" + name + "' has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
+  if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
+  if (!target.is_cpu() && !target.is_cuda())
+    return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
+  return "";
+}
+
 bool SavedContiguous(const TensorInfo& t) {
   if (t.flags & (format::kTensorConj | format::kTensorNeg)) return false;
   int64_t expected = 1;

@@ -29,6 +29,10 @@ struct ViewCopyReport {
   LoadStats stats;      // every field; `seconds` counted from the caller's t0
 };
 
+// Why `target` cannot be written in place at all (undefined, no storage of its own as a DTensor
+// wrapper, not dense, not on cpu/cuda), or "" when it can. `name` says whose target it is.
+std::string TargetProblem(const std::string& name, const at::Tensor& target);
+
 // The view's bytes are contiguous in element order and need no conj/neg fix-up.
 bool SavedContiguous(const TensorInfo& t);
 

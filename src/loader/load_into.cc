@@ -32,19 +32,6 @@ std::string Quoted(const std::vector<std::string>& names) {
   return out;
 }
 
-// Why `target` cannot be written in place at all, or "" when it can.
-std::string TargetProblem(const std::string& name, const at::Tensor& target) {
-  if (!target.defined()) return "target '" + name + "' is an undefined tensor";
-  // Wrapper subclasses (DTensor) have no storage of their own: writing through their
-  // data_ptr() would write to nothing. Their local tensor is the target.
-  if (!target.has_storage() || (target.numel() > 0 && target.data_ptr() == nullptr))
-    return "target '" + name + "' has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
-  if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
-  if (!target.is_cpu() && !target.is_cuda())
-    return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
-  return "";
-}
-
 // Why the file's dtype `t.dtype` cannot go into `target`'s, or "".
 std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
   c10::ScalarType st;
@@ -63,43 +50,12 @@ std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at:
 
 // Why `target` cannot take `t`, or "" when it can.
 std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
-  if (std::string why = TargetProblem(name, target); !why.empty()) return why;
+  if (std::string why = loader::TargetProblem(name, target); !why.empty()) return why;
   if (std::string why = DTypeProblem(t, name, target); !why.empty()) return why;
   if (c10::IntArrayRef(t.shape) != target.sizes())
     return "size mismatch for '" + name + "': the file has shape " + Shape(t.shape) + ", the target has shape " +
            Shape(target.sizes());
   return "";
-}
-
-// The pieces carrying storage bytes [begin, end) of `s`, chunk by chunk: to `dst` (direct) or to
-// staging buffer `staged` (dst unused).
-void AddPieces(const StorageInfo& s, uint64_t chunk_bytes, uint64_t begin, uint64_t end, uint8_t* dst, int device,
-               int32_t staged, std::vector<std::pair<uint64_t, loader::Piece>>& pieces) {
-  for (uint64_t k = begin / chunk_bytes; k * chunk_bytes < end; ++k) {
-    uint64_t chunk_begin = k * chunk_bytes;
-    uint64_t lo = std::max(chunk_begin, begin);
-    uint64_t hi = std::min({chunk_begin + chunk_bytes, s.raw_bytes, end});
-    loader::Piece p;
-    p.chunk_offset = lo - chunk_begin;
-    p.bytes = hi - lo;
-    p.device = device;
-    if (staged < 0) p.dst = dst + (lo - begin);
-    p.staged = staged;
-    p.staged_offset = lo - begin;
-    pieces.emplace_back(s.first_chunk + k, p);
-  }
-}
-
-// Bytes written behind autograd's back: bump the version counters as copy_ would have.
-void BumpVersions(const std::vector<at::Tensor>& written) {
-  for (const at::Tensor& t : written)
-    if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
-}
-
-void NoteDevice(const at::Tensor& t, std::vector<int>& cuda_devices) {
-  int dev = t.is_cuda() ? t.get_device() : -1;
-  if (dev >= 0 && std::find(cuda_devices.begin(), cuda_devices.end(), dev) == cuda_devices.end())
-    cuda_devices.push_back(dev);
 }
 
 }  // namespace
@@ -147,14 +103,11 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
   std::vector<loader::ViewCopy> copies;
   copies.reserve(matched.size());
   for (auto& [target, info] : matched) copies.push_back(loader::ViewCopy{target->second, std::move(info)});
-  report.tensors_copied = copies.size();
   loader::ViewCopyReport r = loader::CopyViews(*c, std::move(copies), options.base, t0);
+  report.tensors_copied = r.copies;
   report.tensors_direct = r.direct;
   report.tensors_staged = r.staged;
   report.stats = r.stats;
-  report.stats.storages = c->storage_count();
-  report.stats.tensors = report.tensors_copied;
-  report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
 
@@ -163,7 +116,6 @@ LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget
   auto c = Container::Open(path);
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
   (void)loader::VetObjectPickle(*c, options.allow_globals);  // as LoadInto
-  LoadIntoReport report;
 
   // Every range checked before anything is written.
   std::vector<std::string> problems;
@@ -175,7 +127,7 @@ LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget
       continue;
     }
     TensorInfo info = c->tensor(*i);
-    std::string why = TargetProblem(r.name, r.target);
+    std::string why = loader::TargetProblem(r.name, r.target);
     if (why.empty()) why = DTypeProblem(info, r.name, r.target);
     if (why.empty() && !loader::SavedContiguous(info))
       why = "'" + r.name + "' is not contiguous in its storage: element ranges need a contiguous saved tensor";
@@ -198,28 +150,25 @@ LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget
     throw Error(ErrorKind::kInvalidArgument, msg);
   }
 
-  const uint64_t chunk_bytes = c->superblock().chunk_bytes;
-  std::vector<std::pair<uint64_t, loader::Piece>> pieces;
-  std::vector<int> cuda_devices;
-  std::vector<at::Tensor> written;
-  for (const auto& [r, info] : matched) {
-    ++report.tensors_copied;
-    if (r->target.numel() == 0) continue;
-    ++report.tensors_direct;
-    NoteDevice(r->target, cuda_devices);
+  // Each range is a 1-D view of its tensor's storage going to the target's flat alias: streamed
+  // chunk by chunk straight into the target (same dtype, both contiguous).
+  std::vector<loader::ViewCopy> copies;
+  for (auto& [r, info] : matched) {
     const uint64_t item = DTypeSize(info.dtype);
-    const uint64_t begin = info.byte_begin + r->begin * item;
-    AddPieces(c->storage(info.storage), chunk_bytes, begin, begin + static_cast<uint64_t>(r->target.numel()) * item,
-              static_cast<uint8_t*>(r->target.data_ptr()), r->target.is_cuda() ? r->target.get_device() : -1, -1,
-              pieces);
-    written.push_back(r->target);
+    const auto count = static_cast<uint64_t>(r->target.numel());
+    TensorInfo view = info;
+    view.shape = {static_cast<int64_t>(count)};
+    view.stride = {1};
+    view.storage_offset = info.storage_offset + r->begin;
+    view.byte_begin = info.byte_begin + r->begin * item;
+    view.byte_end = count ? view.byte_begin + count * item : view.byte_begin;
+    copies.push_back(loader::ViewCopy{r->target.view({-1}), std::move(view)});
   }
-  loader::Destinations d(c->chunk_count(), std::move(pieces));
-  report.stats = loader::StreamChunks(*c, d, options, cuda_devices);
-  BumpVersions(written);
-  report.stats.storages = c->storage_count();
-  report.stats.tensors = report.tensors_copied;
-  report.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  loader::ViewCopyReport r = loader::CopyViews(*c, std::move(copies), options, t0);
+  LoadIntoReport report;
+  report.tensors_copied = r.copies;
+  report.tensors_direct = r.direct;
+  report.stats = r.stats;
   return report;
 }
 

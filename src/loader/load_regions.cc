@@ -57,15 +57,9 @@ std::optional<TensorInfo> Narrow(const TensorInfo& t, const Region& r, std::stri
 }
 
 std::string TargetProblem(const Region& r) {
-  const at::Tensor& t = r.target;
-  const std::string name = "target of '" + r.tensor + "'";
-  if (!t.defined()) return name + " is an undefined tensor";
-  if (!t.has_storage() || (t.numel() > 0 && t.data_ptr() == nullptr))
-    return name + " has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
-  if (t.layout() != c10::kStrided) return name + " is not a dense (strided) tensor";
-  if (!t.is_cpu() && !t.is_cuda()) return name + " is on " + t.device().str() + ": only cpu and cuda targets are supported";
-  if (c10::IntArrayRef(r.lengths) != t.sizes())
-    return name + " has shape " + Dims(t.sizes().vec()) + ", the box has lengths " + Dims(r.lengths);
+  if (std::string why = loader::TargetProblem(r.tensor, r.target); !why.empty()) return why;
+  if (c10::IntArrayRef(r.lengths) != r.target.sizes())
+    return "target '" + r.tensor + "' has shape " + Dims(r.target.sizes().vec()) + ", the box has lengths " + Dims(r.lengths);
   return "";
 }
 
