@@ -150,22 +150,25 @@ def test_convert_verify_export_of_a_filesystemwriter_folder(group, tmp_path):
 
 
 def test_reshard_verl_fsdp2_equals_what_torch_saves_at_that_world_size(group, tmp_path):
-    from zckpt.reshard import _FakeGroup, reshard
-
     root, _ = group
-    reshard(f"{root}/verl_fsdp2", 3, tmp_path / "r3", log=lambda *_: None)
+    # Through the tool (it runs python -m zckpt reshard, which wants a process of its own).
+    r = run_cli("reshard", f"{root}/verl_fsdp2", "--world-size", "3", "-o", tmp_path / "r3")
+    assert r.returncode == 0, r.stderr
     assert json.load(open(tmp_path / "r3" / "huggingface" / "config.json")) == {"model_type": "toy"}
-    # Rank by rank, the same local shards as the model loaded at 3 ranks saved itself.
-    with _FakeGroup(0, 3):
-        import torch.distributed.tensor  # noqa: F401
-
-        for r in range(3):
-            got = zckpt.load(tmp_path / "r3" / f"model_world_size_3_rank_{r}.zckpt")
-            want = torch.load(f"{root}/verl_fsdp2_at3/model_world_size_3_rank_{r}.pt", weights_only=True)
-            assert list(got) == list(want)
-            for k in want:
-                assert got[k].placements == want[k].placements and got[k].shape == want[k].shape, k
-                assert torch.equal(got[k].to_local(), want[k].to_local()), (r, k)
+    # Rank by rank, the same local shards and placement metadata as the model loaded at 3 ranks
+    # saved itself (read torch-free: zckpt's object tree holds a DTensor's local tensor).
+    assert run_cli("convert", f"{root}/verl_fsdp2_at3", "-o", tmp_path / "want").returncode == 0
+    for r in range(3):
+        name = f"model_world_size_3_rank_{r}.zckpt"
+        got, want = zckpt._C.load_tree(str(tmp_path / "r3" / name)), zckpt._C.load_tree(str(tmp_path / "want" / name))
+        assert list(got) == list(want) and len(want) == 5
+        for k in want:
+            assert torch.equal(got[k], want[k]), (r, k)
+        meta = {t["name"]: t.get("extra") for t in zckpt_testing.ls_json(tmp_path / "r3" / name)["tensors"]}
+        meta_want = {t["name"]: t.get("extra") for t in zckpt_testing.ls_json(tmp_path / "want" / name)["tensors"]}
+        for k in want:
+            for field in ("global_shape", "placements", "mesh_shape"):
+                assert meta[k][field] == meta_want[k][field], (r, k, field)
     # And merging the resharded files gives the full model back.
     assert run_cli("merge", tmp_path / "r3", "-o", tmp_path / "hf").returncode == 0
     _assert_bit_equal(_safetensors(tmp_path / "hf"), torch.load(f"{root}/full_fsdp2.pt", weights_only=True))
