@@ -166,6 +166,17 @@ std::vector<std::string> FolderFiles(const std::string& dir) {
 
 bool IsTemporary(const std::string& name) { return name.find(".zckpt-tmp-") != std::string::npos; }
 
+// A byte offset written in decimal in a storage key or blob name of a converted container.
+uint64_t OffsetIn(const Container& c, std::string_view text) {
+  uint64_t v = 0;
+  if (text.empty() || text.size() > 19) throw Error(ErrorKind::kCorrupt, c.path() + ": '" + std::string(text) + "' is not a byte offset");
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') throw Error(ErrorKind::kCorrupt, c.path() + ": '" + std::string(text) + "' is not a byte offset");
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return v;
+}
+
 // What ConvertDcpFolder does with each file of the folder: the entries of each `.distcp` file the
 // metadata names (that file becomes a container), and the other files (copied). The pointers
 // point into `md`.
@@ -285,11 +296,12 @@ void ExportDcpFolder(const std::string& source, const std::string& destination) 
       std::optional<uint32_t> storage;    // or head + storage + tail
     };
     std::vector<Part> parts;
-    for (uint32_t s = 0; s < c->storage_count(); ++s) parts.push_back(Part{std::stoull(std::string(c->storage(s).key)), "", s});
+    for (uint32_t s = 0; s < c->storage_count(); ++s) parts.push_back(Part{OffsetIn(*c, c->storage(s).key), "", s});
     for (uint32_t b = 0; b < c->blob_count(); ++b) {
       std::string name(c->blob(b).name);
       for (std::string_view prefix : {dcp::kBytesAtBlob, dcp::kGapBlob})
-        if (name.rfind(prefix, 0) == 0) parts.push_back(Part{std::stoull(name.substr(prefix.size())), name, std::nullopt});
+        if (name.rfind(prefix, 0) == 0)
+          parts.push_back(Part{OffsetIn(*c, std::string_view(name).substr(prefix.size())), name, std::nullopt});
     }
     std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
     const std::string out = destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName));
