@@ -3,7 +3,7 @@
 #
 #   tools/sanitize.sh [--asan] [--tsan]       # default: both
 #
-# ASan+UBSan: every C++ suite: format, pickle, pt, safetensors, convert, hardening and, when the project's
+# ASan+UBSan: every C++ suite: format, pickle, pt, safetensors, convert, merge, hardening and, when the project's
 #   Python has torch, the LibTorch-linked loader and save suites (-Dtorch=auto -Dpython_module=disabled,
 #   -Db_sanitize=address,undefined, clang when present, else gcc). LibTorch itself is not
 #   instrumented: our code calling it is, and ASan intercepts every allocation, torch's too.
@@ -114,7 +114,7 @@ if ((do_asan)); then
   elif build "$ASAN_BUILD"; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:protect_shadow_gap=0} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
-      run_suites "$ASAN_BUILD" asan-ubsan format pickle pt safetensors convert hardening loader save
+      run_suites "$ASAN_BUILD" asan-ubsan format pickle pt safetensors convert merge hardening loader save
   fi
 fi
 

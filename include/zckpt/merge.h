@@ -25,6 +25,9 @@ struct MergeOptions {
   // a file of its own).
   uint64_t max_shard_bytes = 5ull << 30;
   WriterOptions writer;  // container output
+  // When false, a file the merge would write that exists already is Error(kInvalidArgument),
+  // raised after the checkpoint is read and before anything is written.
+  bool overwrite = true;
   // (bytes assembled, total bytes) after each tensor.
   std::function<void(uint64_t, uint64_t)> progress;
 };

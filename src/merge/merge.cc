@@ -1,5 +1,7 @@
 // MergeCheckpoint (include/zckpt/merge.h): discover and check the pieces, then write one full
 // tensor at a time into a container or safetensors files.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -88,15 +90,26 @@ std::string ShardName(size_t k, size_t n) {
   return buf;
 }
 
-void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats& stats) {
+// The files of huggingface/ copied beside the merged weights, by name: its own weights (if any)
+// are not the merged ones and are left out.
+std::vector<std::string> HuggingFaceFiles(const std::string& from) {
+  std::vector<std::string> names;
+  if (from.empty()) return names;
   for (const auto& entry : fs::directory_iterator(from)) {
     if (!entry.is_regular_file()) continue;
     std::string name = entry.path().filename().string();
-    // Weights in huggingface/ (if any) are not the merged ones: leave them out.
     if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || name == "model.safetensors.index.json" ||
         name == "pytorch_model.bin.index.json" || name.find(".zckpt-tmp-") != std::string::npos)
       continue;
-    MappedFile in(entry.path().string());
+    names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats& stats) {
+  for (const std::string& name : HuggingFaceFiles(from)) {
+    MappedFile in(from + "/" + name);
     AtomicFile out(to + "/" + name);
     if (in.size()) out.Write(in.data(), in.size());
     out.Commit();
@@ -104,23 +117,39 @@ void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats&
   }
 }
 
-void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const MergeOptions& options, MergeStats& stats) {
+// Tensors into safetensors files in order, each up to max_shard_bytes (one bigger tensor alone).
+std::vector<std::vector<size_t>> PlanShards(const merge::Checkpoint& ck, uint64_t max_shard_bytes) {
   for (const merge::FullTensor& t : ck.tensors)
     if (!SafetensorsDtype(t.dtype))
       throw Error(ErrorKind::kUnsupported, "tensor '" + t.name + "' is " + std::string(DTypeName(t.dtype)) +
                                                ", which safetensors has no dtype for (merge into a .zckpt instead)");
-  // Tensors into shards in order, each shard up to max_shard_bytes (one bigger tensor alone).
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0;
   for (size_t i = 0; i < ck.tensors.size(); ++i) {
     uint64_t b = ck.tensors[i].bytes();
-    if (!shards.back().empty() && in_shard + b > options.max_shard_bytes) {
+    if (!shards.back().empty() && in_shard + b > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
     shards.back().push_back(i);
     in_shard += b;
   }
+  return shards;
+}
+
+// Every file a merge into `out` writes, known before the first is.
+std::vector<std::string> PlannedOutputs(const merge::Checkpoint& ck, const std::string& out, bool container,
+                                        const std::vector<std::vector<size_t>>& shards) {
+  if (container) return {out};
+  std::vector<std::string> files;
+  for (size_t k = 0; k < shards.size(); ++k) files.push_back(out + "/" + ShardName(k, shards.size()));
+  if (shards.size() > 1) files.push_back(out + "/model.safetensors.index.json");
+  for (const std::string& name : HuggingFaceFiles(ck.huggingface_dir)) files.push_back(out + "/" + name);
+  return files;
+}
+
+void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std::vector<std::vector<size_t>>& shards,
+                        const MergeOptions& options, MergeStats& stats) {
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) throw Error(ErrorKind::kIo, out + ": cannot create the folder: " + ec.message());
@@ -186,8 +215,23 @@ MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const
     stats.bytes += t.bytes();
     stats.largest_tensor = std::max(stats.largest_tensor, t.bytes());
   }
-  if (dcp::EndsWith(out, ".zckpt")) MergeToContainer(ck, out, options, stats);
-  else MergeToHuggingFace(ck, out, options, stats);
+  const bool container = dcp::EndsWith(out, ".zckpt");
+  std::vector<std::vector<size_t>> shards;
+  if (!container) shards = PlanShards(ck, options.max_shard_bytes);
+  if (!options.overwrite) {
+    std::vector<std::string> existing;
+    for (const std::string& f : PlannedOutputs(ck, out, container, shards)) {
+      struct stat st;
+      if (::lstat(f.c_str(), &st) == 0) existing.push_back(f);
+    }
+    if (!existing.empty()) {
+      std::string msg = std::to_string(existing.size()) + (existing.size() == 1 ? " output exists" : " outputs exist") +
+                        " (" + existing[0] + (existing.size() > 1 ? ", ..." : "") + "); nothing was written (--force overwrites)";
+      throw Error(ErrorKind::kInvalidArgument, msg);
+    }
+  }
+  if (container) MergeToContainer(ck, out, options, stats);
+  else MergeToHuggingFace(ck, out, shards, options, stats);
   return stats;
 }
 

@@ -12,7 +12,7 @@ import torch
 
 from conftest import assert_nothing_written
 
-COMMANDS = ["convert", "verify", "ls", "export", "load", "bench"]
+COMMANDS = ["convert", "verify", "ls", "export", "merge", "load", "bench"]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_help_command_is_command_help(command, zckpt):
     assert a.out == b.out and a.out.startswith(f"usage: zckpt {command}")
 
 
-@pytest.mark.parametrize("command", ["convert", "verify", "export", "load", "bench"])
+@pytest.mark.parametrize("command", ["convert", "verify", "export", "merge", "load", "bench"])
 def test_help_documents_the_exit_codes(command, zckpt):
     if command == "load" and not has_load(zckpt):
         pytest.skip("zckpt-load not built (no torch)")

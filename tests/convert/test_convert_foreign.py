@@ -1,17 +1,19 @@
 """Checkpoints in formats zckpt does not convert are named for what they are, never taken for a
-corrupt .pt nor copied as if they were plain files: a torch.distributed.checkpoint folder (written
-here by torch.distributed.checkpoint itself) or one of its .distcp files, a TorchScript archive,
-a GGUF file, numpy .npz/.npy files, and a file that already is a container. Each is refused with
+corrupt .pt nor copied as if they were plain files: a TorchScript archive, a GGUF file, numpy
+.npz/.npy files, a file that already is a container, and one file of a torch.distributed.checkpoint
+folder (written here by torch.distributed.checkpoint itself) given alone. Each is refused with
 exit 2 and a message saying what it is; a folder holding any stops before writing anything
-unless --copy-unknown copies them."""
+unless --copy-unknown copies them. A DCP folder itself converts as one checkpoint (as the folder
+converted or below it) under the same rules as any destination: no-clobber, --force, --progress;
+verify DIR takes it as one entry among containers."""
 from __future__ import annotations
 
 import filecmp
 import os
+import re
 import shutil
 import struct
 import subprocess
-import sys
 import warnings
 import zipfile
 
@@ -64,7 +66,6 @@ def foreign(tmp_path_factory):
 
 
 MESSAGES = {
-    "dcp": "is a torch.distributed.checkpoint (DCP) folder",
     "distcp": "a shard of a torch.distributed.checkpoint (DCP) folder",
     "dcp_metadata": "the .metadata of a torch.distributed.checkpoint (DCP) folder",
     "torchscript": "a TorchScript archive (torch.jit.save)",
@@ -79,27 +80,47 @@ MESSAGES = {
 def test_each_is_named_and_refused_with_exit_2(kind, foreign, zckpt, tmp_path):
     if kind == "zckpt":
         zckpt.ok("verify", foreign["zckpt"])
-    args = ["-o", tmp_path / "out"] if kind == "dcp" else ["-o", tmp_path / "out.zckpt"]
-    run = zckpt("convert", foreign[kind], *args)
+    run = zckpt("convert", foreign[kind], "-o", tmp_path / "out.zckpt")
     assert run.rc == 2, run.text
     assert MESSAGES[kind] in run.err, run.err
     assert "corrupt" not in run.err.lower(), run.err
     assert_nothing_written(tmp_path, kind)
-    if kind.startswith("dcp") or kind == "distcp":
-        # What to use instead, naming the folder.
-        assert f"format_utils dcp_to_torch {foreign['dcp']} model.pt" in run.err, run.err
+    if kind in ("distcp", "dcp_metadata"):
+        # What to do instead: the folder is the checkpoint.
+        assert f"`zckpt convert {foreign['dcp']} -o OUTDIR` converts it as a whole" in run.err, run.err
+
+
+W = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+
+def test_a_dcp_folder_converts_instead_of_being_refused(foreign, zckpt, tmp_path):
+    """What issue 15 refused (exit 2, "use dcp_to_torch_save") now converts: containers that
+    verify, load through zckpt.dcp.ZckptStorageReader, and export back byte for byte."""
+    out = tmp_path / "out"
+    run = zckpt.ok("convert", foreign["dcp"], "-o", out)
+    assert "DCP checkpoint, 1 .distcp files -> containers" in run.out, run.out
+    assert sorted(os.listdir(out)) == [".metadata", "__0_0.zckpt"]
+    assert "DCP checkpoint: 2 tensor pieces" in zckpt.ok("verify", out).out
+    zckpt.ok("export", out, "-o", tmp_path / "back")
+    for name in os.listdir(foreign["dcp"]):
+        assert filecmp.cmp(foreign["dcp"] / name, tmp_path / "back" / name, shallow=False), name
+    import torch.distributed.checkpoint as dcp
+    import zckpt.dcp as zdcp
+
+    state = {"w": torch.zeros(3, 4), "b": torch.zeros(3)}
+    dcp.load(state, storage_reader=zdcp.ZckptStorageReader(str(out)), no_dist=True)
+    assert torch.equal(state["w"], W) and torch.equal(state["b"], torch.ones(3))
 
 
 def test_the_dcp_advice_works(foreign, zckpt, tmp_path):
-    """The command the message gives writes a torch.save file zckpt converts."""
-    pt = tmp_path / "model.pt"
-    subprocess.run([sys.executable, "-m", "torch.distributed.checkpoint.format_utils", "dcp_to_torch",
-                    foreign["dcp"], pt], check=True, capture_output=True)
-    zckpt.ok("convert", "--quiet", pt)
+    """The commands the message of a lone .distcp gives: convert the folder, or merge it."""
+    run = zckpt("convert", foreign["distcp"], "-o", tmp_path / "x.zckpt")
+    assert run.rc == 2 and f"`zckpt merge {foreign['dcp']} -o OUT` writes the full model" in run.err, run.err
+    zckpt.ok("merge", "--quiet", foreign["dcp"], "-o", tmp_path / "model.zckpt")
     import zckpt as zckpt_py
 
     got = zckpt_py.load(tmp_path / "model.zckpt")
-    assert torch.equal(got["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4))
+    assert torch.equal(got["w"], W) and torch.equal(got["b"], torch.ones(3))
 
 
 def test_a_folder_holding_them_stops_before_writing(foreign, zckpt, tmp_path):
@@ -107,24 +128,32 @@ def test_a_folder_holding_them_stops_before_writing(foreign, zckpt, tmp_path):
     (src / "actor").mkdir(parents=True)
     torch.save({"w": torch.ones(2)}, src / "actor" / "model.pt")
     (src / "config.json").write_text("{}")
-    shutil.copytree(foreign["dcp"], src / "actor" / "dcp")
+    shutil.copytree(foreign["dcp"], src / "actor" / "dcp")  # a DCP folder: converted, not foreign
+    shutil.copy(foreign["distcp"], src / "stray.distcp")  # a shard without its folder: foreign
     for kind in ("torchscript", "gguf", "npz"):
         shutil.copy(foreign[kind], src / foreign[kind].name)
     out = tmp_path / "out"
     run = zckpt("convert", src, "-o", out)
     assert run.rc == 2, run.text
     assert not out.exists(), "something was written"
-    assert f"{src / 'actor' / 'dcp'}: a torch.distributed.checkpoint (DCP) folder" in run.err
+    assert "actor/dcp" not in run.err, run.err
+    assert f"{src / 'stray.distcp'}: {MESSAGES['distcp']}" in run.err, run.err
     for kind in ("torchscript", "gguf", "npz"):
         assert f"{src / foreign[kind].name}: {MESSAGES[kind]}" in run.err, run.err
-    assert "5 files are checkpoints in a format zckpt does not convert" in run.err, run.err
+    assert "4 files are checkpoints in a format zckpt does not convert" in run.err, run.err
     assert "--copy-unknown" in run.err
 
     run = zckpt.ok("convert", "--copy-unknown", src, "-o", out)
     assert (out / "actor" / "model.zckpt").exists()
-    for rel in ["config.json", "actor/dcp/.metadata", *(foreign[k].name for k in ("torchscript", "gguf", "npz"))]:
+    assert sorted(os.listdir(out / "actor" / "dcp")) == [".metadata", "__0_0.zckpt"]
+    assert f"{src / 'actor' / 'dcp'} -> {out / 'actor' / 'dcp'}: DCP checkpoint" in run.out, run.out
+    for rel in ["config.json", "actor/dcp/.metadata", "stray.distcp", *(foreign[k].name for k in ("torchscript", "gguf", "npz"))]:
         assert filecmp.cmp(src / rel, out / rel, shallow=False), rel
     assert "(copied, not converted: TorchScript archive)" in run.out, run.out
+    # verify DIR: the containers and the DCP folder, one line each.
+    run = zckpt.ok("verify", out)
+    assert f"{out / 'actor' / 'dcp'}: OK (DCP checkpoint: 2 tensor pieces" in run.out, run.out
+    assert run.out.splitlines()[-1] == "verify: 2 checked: 2 OK, 0 CORRUPT, 0 ERROR", run.out
 
 
 def test_plain_files_that_look_odd_are_copied(zckpt, tmp_path):
@@ -150,3 +179,101 @@ def test_a_distcp_file_is_not_reported_corrupt(foreign, zckpt, tmp_path):
     shutil.copy(foreign["distcp"], dst)
     run = zckpt("convert", dst)
     assert run.rc == 2 and "torch.distributed.checkpoint" in run.err, run.text
+
+
+# ---- DCP folders under the CLI's rules (no-clobber, --force, --progress, verify DIR) ----------
+
+def test_dcp_convert_export_and_merge_never_overwrite_without_force(foreign, zckpt, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "__0_0.zckpt").write_bytes(b"precious")
+    run = zckpt("convert", foreign["dcp"], "-o", out)
+    assert run.rc == 2 and f"{out / '__0_0.zckpt'} exists" in run.err and "--force" in run.err, run.text
+    assert sorted(os.listdir(out)) == ["__0_0.zckpt"] and (out / "__0_0.zckpt").read_bytes() == b"precious"
+    zckpt.ok("convert", "--quiet", "--force", foreign["dcp"], "-o", out)
+    zckpt.ok("verify", out)
+
+    back = tmp_path / "back"
+    back.mkdir()
+    (back / ".metadata").write_bytes(b"precious")
+    run = zckpt("export", out, "-o", back)
+    assert run.rc == 2 and f"{back / '.metadata'} exists" in run.err, run.text
+    assert sorted(os.listdir(back)) == [".metadata"]
+    zckpt.ok("export", "-f", out, "-o", back)
+    assert filecmp.cmp(foreign["dcp"] / "__0_0.distcp", back / "__0_0.distcp", shallow=False)
+    run = zckpt("export", "--format", "safetensors", out, "-o", tmp_path / "st")
+    assert run.rc == 2 and "zckpt merge" in run.err, run.text
+
+    merged = tmp_path / "m.zckpt"
+    merged.write_bytes(b"precious")
+    run = zckpt("merge", foreign["dcp"], "-o", merged)
+    assert run.rc == 2 and "exists" in run.err and "--force" in run.err, run.text
+    assert merged.read_bytes() == b"precious"
+    zckpt.ok("merge", "-q", "-f", foreign["dcp"], "-o", merged)
+    zckpt.ok("verify", merged)
+    hf = tmp_path / "hf"
+    zckpt.ok("merge", "-q", foreign["dcp"], "-o", hf)
+    run = zckpt("merge", foreign["dcp"], "-o", hf)
+    assert run.rc == 2 and "model.safetensors" in run.err, run.text
+
+
+def test_a_folder_convert_checks_the_dcp_folders_destinations_too(foreign, zckpt, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(foreign["dcp"], src / "dcp")
+    torch.save({"w": torch.ones(2)}, src / "model.pt")
+    out = tmp_path / "out"
+    (out / "dcp").mkdir(parents=True)
+    (out / "dcp" / ".metadata").write_bytes(b"old")
+    run = zckpt("convert", src, "-o", out)
+    assert run.rc == 2 and f"{out / 'dcp' / '.metadata'} exists" in run.err, run.text
+    assert sorted(os.listdir(out)) == ["dcp"] and sorted(os.listdir(out / "dcp")) == [".metadata"]
+
+
+def test_dcp_progress_lines_for_logs(foreign, zckpt, tmp_path):
+    run = zckpt.ok("convert", "--quiet", "--progress", "always", foreign["dcp"], "-o", tmp_path / "out")
+    lines = run.err.splitlines()
+    assert lines and all(re.fullmatch(rf"convert {re.escape(str(foreign['dcp']))}: \d+% \(.* of .*, .*/s\)", l)
+                         for l in lines), lines
+    assert lines[-1].startswith(f"convert {foreign['dcp']}: 100% ")
+    run = zckpt.ok("verify", "--progress", "always", tmp_path / "out")
+    assert run.err.splitlines()[-1].startswith(f"verify {tmp_path / 'out'}: 100% "), run.err
+    run = zckpt.ok("merge", "--quiet", "--progress", "always", foreign["dcp"], "-o", tmp_path / "m.zckpt")
+    assert run.err.splitlines()[-1].startswith(f"merge {foreign['dcp']}: 100% "), run.err
+    assert zckpt.ok("convert", "--quiet", "--progress", "never", foreign["dcp"], "-o", tmp_path / "o2").err == ""
+
+
+def test_verify_dir_with_a_corrupt_dcp_folder_among_containers(foreign, zckpt, tmp_path):
+    root = tmp_path / "root"
+    zckpt.ok("convert", "--quiet", foreign["dcp"], "-o", root / "dcp")
+    shutil.copy(foreign["zckpt"], root / "model.zckpt")
+    run = zckpt.ok("verify", "--json", root)
+    entries = {os.path.relpath(e["file"], root): e for e in run.json()}
+    assert set(entries) == {"dcp", "model.zckpt"} and entries["dcp"]["kind"] == "dcp", entries
+    assert all(e["status"] == "ok" for e in entries.values())
+    # A flipped byte in the DCP folder's container: that entry is CORRUPT, the summary says so.
+    c = root / "dcp" / "__0_0.zckpt"
+    data = bytearray(c.read_bytes())
+    storage = zckpt.ls(c)["storages"][0]
+    data[storage["offset"]] ^= 0xFF
+    c.write_bytes(bytes(data))
+    run = zckpt("verify", root)
+    assert run.rc == 1, run.text
+    assert f"{root / 'dcp'}: CORRUPT" in run.out and f"{root / 'model.zckpt'}: OK" in run.out, run.out
+    assert run.out.splitlines()[-1] == "verify: 2 checked: 1 OK, 1 CORRUPT, 0 ERROR", run.out
+    assert "__0_0.zckpt" in run.err, run.err
+
+
+def test_zckpts_own_dcp_layout(zckpt, tmp_path):
+    """A folder ZckptStorageWriter wrote: verify takes it whole; convert says it is zckpt's layout
+    already (exit 2); below a folder being converted it is copied like any containers."""
+    import torch.distributed.checkpoint as dcp
+    import zckpt.dcp as zdcp
+
+    src = tmp_path / "src"
+    dcp.save({"w": W}, storage_writer=zdcp.ZckptStorageWriter(str(src / "step")), no_dist=True)
+    assert "DCP checkpoint: 1 tensor pieces" in zckpt.ok("verify", src / "step").out
+    run = zckpt("convert", src / "step", "-o", tmp_path / "x")
+    assert run.rc == 2 and "already zckpt's DCP layout" in run.err, run.text
+    zckpt.ok("convert", "--quiet", src, "-o", tmp_path / "out")
+    for name in os.listdir(src / "step"):
+        assert filecmp.cmp(src / "step" / name, tmp_path / "out" / "step" / name, shallow=False), name

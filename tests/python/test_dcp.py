@@ -182,6 +182,15 @@ def test_reshard_verl_fsdp1_round_trips_through_merge(group, tmp_path):
         f"model_world_size_3_rank_{i}.pt" for i in range(3)]
     assert run_cli("merge", tmp_path / "r3", "-o", tmp_path / "hf").returncode == 0
     _assert_bit_equal(_safetensors(tmp_path / "hf"), torch.load(f"{root}/full_fsdp1.pt", weights_only=True))
+    # Outputs that exist are refused before anything is written, unless --force.
+    rank0 = tmp_path / "r3" / "model_world_size_3_rank_0.pt"
+    rank0.write_bytes(b"precious")
+    r = run_cli("reshard", f"{root}/verl_fsdp1", "--world-size", "3", "-o", tmp_path / "r3", "--format", "pt")
+    assert r.returncode == 2 and "exist" in r.stderr and "--force" in r.stderr, r.stderr
+    assert rank0.read_bytes() == b"precious"
+    r = run_cli("reshard", f"{root}/verl_fsdp1", "--world-size", "3", "-o", tmp_path / "r3", "--format", "pt", "--force")
+    assert r.returncode == 0, r.stderr
+    assert rank0.read_bytes() != b"precious"
 
 
 def test_merge_refuses_shards_that_do_not_tile(group, tmp_path):

@@ -31,19 +31,31 @@ constexpr const char* kHelp =
     "                           (a DCP save of {\"model\": ..., \"optim\": ...}: --keys model.)\n"
     "  --max-shard-size N       bytes per safetensors file (default 5G)\n"
     "  --chunk-bytes N, --zstd LEVEL   container output options, as for convert\n"
-    "  --quiet                  no summary\n\n"
-    "Exit codes: 0 merged; 1 a file is corrupt or the shards do not fit together; 2 could not run.\n";
+    "  -f, --force              overwrite outputs that exist (default: refuse, exit 2, before\n"
+    "                           anything is written)\n"
+    "  -q, --quiet              no summary\n";
+constexpr const char* kHelpTail =
+    "\nExit codes:\n"
+    "  0  merged\n"
+    "  1  a file is corrupt or refused as unsafe, or the shards do not fit together\n"
+    "  2  could not run: bad usage, no checkpoint found, ranks missing, an output that exists\n"
+    "     (without --force), a placement or dtype the output cannot hold, an I/O error\n";
 
 }  // namespace
 
 int RunMerge(const Argv& argv) {
-  Args args(argv, {"help", "quiet"}, {"output", "files", "keys", "max-shard-size", "chunk-bytes", "zstd"},
-            {{"h", "help"}, {"o", "output"}, {"q", "quiet"}});
+  Args args(argv, {"help", "quiet", "force"},
+            {"output", "files", "keys", "max-shard-size", "chunk-bytes", "zstd", "progress"},
+            {{"h", "help"}, {"o", "output"}, {"q", "quiet"}, {"f", "force"}});
   if (!args.ok()) return UsageError("merge", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
+    std::fputs(kProgressHelp, stdout);
+    std::fputs(kHelpTail, stdout);
     return kExitOk;
   }
+  auto progress = ChooseProgressStyle(args.Get("progress"));
+  if (!progress) return UsageError("merge", "--progress takes auto, always or never");
   MergeOptions options;
   if (auto v = args.Get("files")) options.files = *v;
   if (auto v = args.Get("keys")) options.keys = *v;
@@ -58,8 +70,12 @@ int RunMerge(const Argv& argv) {
   if (!out) return UsageError("merge", "-o OUT is required");
   const std::string dir = args.positional()[0];
   if (SameFile(dir, *out)) return UsageError("merge", "the output is the checkpoint folder itself");
-  ProgressBar bar("merge " + dir, 0, ProgressBar::DefaultEnabled());
-  options.progress = [&bar](uint64_t done, uint64_t) { bar.Set(done); };
+  options.overwrite = args.Has("force");
+  ProgressBar bar("merge " + dir, 0, *progress);
+  options.progress = [&bar](uint64_t done, uint64_t total) {
+    bar.SetTotal(total);
+    bar.Set(done);
+  };
   auto t0 = std::chrono::steady_clock::now();
   MergeStats s = MergeCheckpoint(dir, *out, options);
   bar.Finish();

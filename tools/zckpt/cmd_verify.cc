@@ -155,7 +155,7 @@ Target Expand(const std::string& path) {
     }
   }
   if (ec) t.error = path + ": cannot walk the folder: " + ec.message();
-  else if (t.files.empty()) t.error = path + ": no zckpt container (nor DCP folder) below this folder";
+  else if (t.files.empty()) t.error = path + ": no zckpt container below this folder (nor a DCP checkpoint)";
   std::sort(t.files.begin(), t.files.end());
   return t;
 }

@@ -164,13 +164,21 @@ def _reshard_sharded_tensor(leaf, full, rank, world):
     return _create_chunk_sharded_tensor(full, rank, world, per_node, dist.group.WORLD, device=torch.device(device.type))
 
 
-def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print):
-    """Writes `ckpt_dir`'s verl per-rank files resharded for `world_size` ranks into `out`."""
+def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True):
+    """Writes `ckpt_dir`'s verl per-rank files resharded for `world_size` ranks into `out`.
+    overwrite=False: FileExistsError, before anything is written, when a file it would write
+    exists."""
     if world_size < 1:
         raise ValueError("world_size must be >= 1")
     families = _families(ckpt_dir)
     if not families:
         raise ValueError(f"{ckpt_dir}: no verl per-rank files (NAME_world_size_W_rank_R.zckpt or .pt)")
+    if not overwrite:
+        existing = _existing_outputs(ckpt_dir, out, families, world_size)
+        if existing:
+            raise FileExistsError(f"{len(existing)} output{'s exist' if len(existing) > 1 else ' exists'} "
+                                  f"({existing[0]}{', ...' if len(existing) > 1 else ''}); nothing was written "
+                                  "(--force overwrites)")
     os.makedirs(out, exist_ok=True)
     rank_files = set()
     with tempfile.TemporaryDirectory(prefix=".zckpt-reshard-", dir=out) as tmp:
@@ -219,25 +227,40 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print):
     _copy_rest(ckpt_dir, out, rank_files, world_size)
 
 
-def _copy_rest(ckpt_dir, out, rank_files, world_size):
+def _rest(ckpt_dir, out, rank_files):
+    """(source, destination, top) of every file copied beside the rank files; top: directly in
+    `ckpt_dir`."""
     for root, dirs, names in os.walk(ckpt_dir):
         rel = os.path.relpath(root, ckpt_dir)
         dirs[:] = [d for d in dirs if not d.startswith(".zckpt-reshard-")]
         for name in names:
             if rel == "." and (name in rank_files or RANK_FILE.match(name)):
                 continue
-            dst_dir = os.path.join(out, rel)
-            os.makedirs(dst_dir, exist_ok=True)
-            src, dst = os.path.join(root, name), os.path.join(dst_dir, name)
-            if rel == "." and name == "fsdp_config.json":
-                with open(src) as f:
-                    config = json.load(f)
-                if isinstance(config, dict) and "world_size" in config:
-                    config["world_size"] = world_size
-                with open(dst, "w") as f:
-                    json.dump(config, f, indent=4)
-                continue
-            shutil.copyfile(src, dst)
+            yield os.path.join(root, name), os.path.normpath(os.path.join(out, rel, name)), rel == "."
+
+
+def _existing_outputs(ckpt_dir, out, families, world_size):
+    """The files a reshard into `out` would write that exist already (a rank file under either
+    extension: which one a family gets is known only once its files are read)."""
+    rank_files = {os.path.basename(p) for _, files in families.values() for p in files.values()}
+    planned = [os.path.join(out, f"{family}_world_size_{world_size}_rank_{r}.{ext}")
+               for family in families for r in range(world_size) for ext in ("zckpt", "pt")]
+    planned += [dst for _, dst, _ in _rest(ckpt_dir, out, rank_files)]
+    return [p for p in planned if os.path.lexists(p)]
+
+
+def _copy_rest(ckpt_dir, out, rank_files, world_size):
+    for src, dst, top in _rest(ckpt_dir, out, rank_files):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if top and os.path.basename(src) == "fsdp_config.json":
+            with open(src) as f:
+                config = json.load(f)
+            if isinstance(config, dict) and "world_size" in config:
+                config["world_size"] = world_size
+            with open(dst, "w") as f:
+                json.dump(config, f, indent=4)
+            continue
+        shutil.copyfile(src, dst)
 
 
 def main(argv=None):
@@ -247,11 +270,13 @@ def main(argv=None):
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--format", choices=["zckpt", "pt"], default="zckpt",
                         help="write .zckpt containers (default) or torch.save .pt files")
+    parser.add_argument("-f", "--force", action="store_true",
+                        help="overwrite outputs that exist (default: refuse, exit 2, before anything is written)")
     args = parser.parse_args(argv)
     if os.path.abspath(args.output) == os.path.abspath(args.ckpt_dir):
         parser.error("the output folder is the checkpoint folder")
     try:
-        reshard(args.ckpt_dir, args.world_size, args.output, fmt=args.format)
+        reshard(args.ckpt_dir, args.world_size, args.output, fmt=args.format, overwrite=args.force)
     except _C.ZckptError as e:
         print(f"zckpt reshard: {e}", file=sys.stderr)
         return 1 if isinstance(e, (_C.CorruptError, _C.UnsafeError)) else 2
