@@ -30,7 +30,8 @@ struct DcpConvertStats {
 
 // Converts every `.distcp` file `.metadata` names into `<stem>.zckpt` under `destination`
 // (created if needed) and copies every other file of the folder. Each container appears only
-// complete. Throws Error: kUnsafe (a BytesIO item or `.metadata` naming a code-running global),
+// complete. BytesIO items are read under zckpt's allowlist plus options.allow_globals. Throws
+// Error: kUnsafe (a BytesIO item naming a refused global, `.metadata` naming a class not DCP's),
 // kCorrupt (metadata and files disagree: ranges past the end or overlapping, an item that is not
 // one tensor archive, dtype/shape other than the metadata's), kUnsupported (stream transforms,
 // SAFETENSORS serialization), kInvalidArgument (already zckpt's layout), kIo.
@@ -43,8 +44,12 @@ std::vector<std::string> DcpConvertOutputs(const std::string& source, const std:
 // Writes a converted folder back as FileSystemWriter's layout: each container made by
 // ConvertDcpFolder becomes its `.distcp` file byte for byte (every chunk and blob checked on the
 // way), every other file is copied. A folder written by ZckptStorageWriter has no `.distcp`
-// layout to give back: Error(kInvalidArgument) saying so.
-void ExportDcpFolder(const std::string& source, const std::string& destination);
+// layout to give back: Error(kInvalidArgument) saying so. Before anything is written, every
+// BytesIO item (DCP's planner unpickles them without weights_only) is read by zckpt's
+// interpreter under its allowlist plus `allow_globals` ("module.name"): Error(kUnsafe) naming a
+// refused global.
+void ExportDcpFolder(const std::string& source, const std::string& destination,
+                     const std::vector<std::string>& allow_globals = {});
 // The files ExportDcpFolder(source, destination) would write (opens every container; throws as
 // it does).
 std::vector<std::string> DcpExportOutputs(const std::string& source, const std::string& destination);
@@ -60,7 +65,8 @@ struct DcpVerifyReport {
 
 // Checks a DCP folder as a whole: `.metadata` reads, every piece it lists exists where
 // storage_data says with the metadata's dtype and shape, every BytesIO item is a torch.save
-// archive zckpt's interpreter accepts, and every container it names verifies in full
+// archive zckpt's interpreter reads naming no code-running global (the deny list, as `zckpt
+// verify` reads object pickles), and every container it names verifies in full
 // (Container::Verify with `options`; progress counts the bytes of all of them). Problems are
 // collected, not thrown; a `.metadata` that cannot be read at all throws (kCorrupt/kUnsafe/kIo).
 DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options = {});

@@ -25,6 +25,9 @@ struct MergeOptions {
   // a file of its own).
   uint64_t max_shard_bytes = 5ull << 30;
   WriterOptions writer;  // container output
+  // Globals ("module.name") a rank file's pickle may name besides zckpt's allowlist (a class of
+  // your own); globals that could run code stay refused.
+  std::vector<std::string> allow_globals;
   // When false, a file the merge would write that exists already is Error(kInvalidArgument),
   // raised after the checkpoint is read and before anything is written.
   bool overwrite = true;
@@ -47,7 +50,8 @@ struct MergeStats {
 // shards with `model.safetensors.index.json`; the files of `dir/huggingface/` copied beside).
 // Before a byte is written, every tensor's pieces must tile it exactly (no gap, no overlap other
 // than identical replicas) with one dtype. Throws Error: kCorrupt (a bad chunk, pieces that do
-// not tile, metadata that disagrees with the files), kUnsupported (Partial or _StridedShard
+// not tile, metadata that disagrees with the files, a container whose pickle and index
+// disagree), kUnsafe (a pickle naming a refused global), kUnsupported (Partial or _StridedShard
 // placements, quantized tensors, a DTensor mesh other than ranks 0..W-1 in order, dtypes
 // safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo.
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options = {});

@@ -59,11 +59,6 @@ std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage&
   return "";
 }
 
-uint32_t TensorFlags(const pickle::TorchTensor& t) {
-  return (t.requires_grad ? format::kTensorRequiresGrad : 0) | (t.is_parameter ? format::kTensorParameter : 0) |
-         (t.conj ? format::kTensorConj : 0) | (t.neg ? format::kTensorNeg : 0);
-}
-
 // One .distcp file -> one container.
 class DistcpConverter {
  public:
@@ -123,13 +118,15 @@ class DistcpConverter {
         nt.stride = t.view.stride;
         if (t.view.storage_offset < 0) throw Error(ErrorKind::kCorrupt, range + ": negative storage offset");
         nt.storage_offset = static_cast<uint64_t>(t.view.storage_offset);
-        nt.flags = TensorFlags(t.view);
+        nt.flags = convert::IndexFlags(t.view);
         nt.extra = dcp::PieceExtra(e->fqn, item->size, chunk->offsets, chunk->sizes);
         w.AddTensor(nt);
         ++stats_.tensors;
       } else {
         std::span<const uint8_t> bytes(file->data() + e->file_offset, e->length);
-        dcp::VetTorchSaveBytes(bytes, range + " (the item '" + e->fqn + "')");
+        convert::PickleReadOptions read;  // DCP's planner will unpickle it: the allowlist
+        read.allow_globals = options_.allow_globals;
+        dcp::VetTorchSaveBytes(bytes, range + " (the item '" + e->fqn + "')", read);
         w.AddBlob(std::string(dcp::kBytesAtBlob) + at, bytes);
         ++stats_.bytes_items;
       }
@@ -209,7 +206,9 @@ struct ExportPlan {
   std::vector<std::string> copied;
 };
 
-ExportPlan PlanExport(const std::string& source) {
+// The containers of `source` and what to copy; `allow_globals`: every BytesIO item is vetted
+// under the allowlist plus these before anything is written (DCP's planner unpickles them).
+ExportPlan PlanExport(const std::string& source, const std::vector<std::string>* allow_globals) {
   (void)dcp::ReadFolderMetadata(source);  // a folder whose metadata zckpt cannot read is not exported
   ExportPlan plan;
   std::set<std::string> outputs;
@@ -229,6 +228,15 @@ ExportPlan PlanExport(const std::string& source) {
     if (out.empty() || out.find('/') != std::string::npos || out == "." || out == ".." || !outputs.insert(out).second)
       throw Error(ErrorKind::kCorrupt, c->path() + ": metadata '" + std::string(dcp::kKeySourceName) + "' = '" + out +
                                            "' is not a file name of its own");
+    if (allow_globals) {
+      convert::PickleReadOptions read;
+      read.allow_globals = *allow_globals;
+      for (uint32_t b = 0; b < c->blob_count(); ++b) {
+        std::string blob(c->blob(b).name);
+        if (blob.rfind(dcp::kBytesAtBlob, 0) == 0)
+          dcp::VetTorchSaveBytes(c->CheckedBlobBytes(c->blob(b)), c->path() + " blob '" + blob + "'", read);
+      }
+    }
     plan.containers.push_back(std::move(c));
   }
   return plan;
@@ -277,15 +285,16 @@ DcpConvertStats ConvertDcpFolder(const std::string& source, const std::string& d
 }
 
 std::vector<std::string> DcpExportOutputs(const std::string& source, const std::string& destination) {
-  ExportPlan plan = PlanExport(source);
+  ExportPlan plan = PlanExport(source, nullptr);
   std::vector<std::string> out;
   for (const auto& c : plan.containers) out.push_back(destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName)));
   for (const std::string& name : plan.copied) out.push_back(destination + "/" + name);
   return out;
 }
 
-void ExportDcpFolder(const std::string& source, const std::string& destination) {
-  ExportPlan plan = PlanExport(source);
+void ExportDcpFolder(const std::string& source, const std::string& destination,
+                     const std::vector<std::string>& allow_globals) {
+  ExportPlan plan = PlanExport(source, &allow_globals);
   CreateFolder(destination);
   for (const auto& c : plan.containers) {
     // Every piece of the original file by its offset: storages keyed by offset (with their head
@@ -385,7 +394,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
             report.distcp_pieces++;
           }
         }
-        dcp::VetTorchSaveBytes(bytes, where);
+        dcp::VetTorchSaveBytes(bytes, where, convert::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
       });
       report.bytes_items++;
       continue;

@@ -72,11 +72,11 @@ DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uin
   }
 }
 
-void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what) {
+void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what, const convert::PickleReadOptions& read) {
   try {
     auto slice = std::make_shared<const MappedFile>(bytes.data(), bytes.size(), what);
     pt::TorchArchive archive(slice);
-    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"));
+    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"), read.Unpickle());
     (void)pickle::InterpretTorchPickle(tree);
   } catch (const Error& e) {
     std::string msg = e.what();

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "convert/file_names.h"
+#include "convert/object_pickle.h"
 #include "pickle/dcp_metadata.h"
 #include "pickle/torch_model.h"
 
@@ -73,9 +74,11 @@ struct DistcpTensor {
 DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length);
 
 // A BytesIO item (torch.save of a Python value, which DCP's planner unpickles with
-// weights_only=False) read by zckpt's interpreter: Error(kUnsafe) for a global that could run
-// code, kCorrupt when it is not a torch.save archive.
-void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what);
+// weights_only=False) read by zckpt's interpreter under `read` (the allowlist plus the caller's
+// names before anything hands it on; the deny list only for verify): Error(kUnsafe) for a
+// refused global, kCorrupt when it is not a torch.save archive.
+void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what,
+                       const convert::PickleReadOptions& read = {});
 
 // The container a converted folder holds for _StorageInfo entry `s` (`dir/X.zckpt` for
 // X.distcp), "" when the folder has none (FileSystemWriter's own layout).

@@ -69,6 +69,7 @@ LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
+  (void)loader::VetObjectPickle(*c, options.allow_globals);  // as LoadInto: none in DCP's own containers
   std::vector<loader::ViewCopy> copies;
   std::vector<std::string> problems;
   for (const Region& r : regions) {

@@ -19,6 +19,7 @@
 
 #include "common/mapped_file.h"
 #include "convert/dcp_layout.h"
+#include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "merge/assemble.h"
 #include "pickle/torch_model.h"
@@ -93,11 +94,20 @@ std::vector<Record> ContainerRecords(const Container& c) {
   return out;
 }
 
+// How a rank file's pickle is read: the merge gives back the tensors it describes, so under the
+// allowlist plus the caller's names, as convert reads one.
+convert::PickleReadOptions PickleRead(const MergeOptions& options) {
+  convert::PickleReadOptions read;
+  read.allow_globals = options.allow_globals;
+  return read;
+}
+
 // .pt tensor records: zckpt's interpreter over data.pkl, storages as byte ranges of the mapping.
-std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file, std::string* saved_as) {
+std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file, std::string* saved_as,
+                                   const convert::PickleReadOptions& read) {
   pt::TorchArchive archive(file);
   *saved_as = archive.prefix();
-  pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"));
+  pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"), read.Unpickle());
   pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
   std::vector<Record> out;
   for (const pickle::TorchTensor& t : model.tensors) {
@@ -280,12 +290,14 @@ Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
     std::string saved_as;
     if (dcp::EndsWith(path, ".zckpt")) {
       ck.containers.push_back(Container::Open(path));
+      // The index is what is merged: its pickle (what zckpt.load would give) must agree first.
+      (void)convert::ReadObjectPickle(*ck.containers.back(), PickleRead(options));
       records = ContainerRecords(*ck.containers.back());
       saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
     } else {
       auto file = std::make_shared<const MappedFile>(path);
       ck.files.push_back(file);
-      records = ArchiveRecords(file, &saved_as);
+      records = ArchiveRecords(file, &saved_as, PickleRead(options));
     }
     CheckSavedAs(path, saved_as, options.files, world, rank);
     CheckMeshRanks(records, world, path, assembler);

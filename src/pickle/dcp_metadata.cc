@@ -190,7 +190,10 @@ const DcpStorage* DcpMetadata::FindStorage(const std::string& fqn, const std::ve
 DcpMetadata ReadDcpMetadata(std::span<const uint8_t> pickle, const std::string& what) {
   UnpickleResult tree;
   try {
-    tree = Unpickle(pickle);
+    // Judged below by a stricter list than the general allowlist: DCP's metadata classes only.
+    UnpickleOptions options;
+    options.globals = GlobalPolicy::kDenyListOnly;
+    tree = Unpickle(pickle, options);
   } catch (const Error& e) {
     throw Error(e.kind(), what + ": " + e.what());
   }

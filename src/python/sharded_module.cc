@@ -15,6 +15,7 @@
 
 #include "common/shape.h"
 #include "convert/dcp_layout.h"
+#include "convert/storage_stream.h"
 #include "loader/tensors.h"
 #include "pickle/dcp_metadata.h"
 #include "zckpt/container.h"
@@ -167,14 +168,15 @@ std::pair<size_t, size_t> CheckDcpMetadata(const py::bytes& data, const std::str
 
 // The blobs `names` of a container, each checked against its XXH3 and vetted as a torch.save
 // archive by zckpt's interpreter (DCP's planner unpickles them with weights_only=False).
-std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<std::string>& names) {
+std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<std::string>& names,
+                                    const std::vector<std::string>& allow_globals) {
+  convert::PickleReadOptions read;  // DCP's planner unpickles them next: the allowlist
+  read.allow_globals = allow_globals;
   auto c = Container::Open(path);
   std::vector<py::bytes> out;
   for (const std::string& name : names) {
-    auto blob = c->FindBlob(name);
-    if (!blob) throw Error(ErrorKind::kCorrupt, path + ": no blob '" + name + "'");
-    auto bytes = c->CheckedBlobBytes(*blob);
-    dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'");
+    auto bytes = convert::CheckedBlob(*c, name, "the folder's .metadata");
+    dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
     out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
   return out;
@@ -212,7 +214,8 @@ void RegisterSharded(py::module_& m) {
   m.def("load_regions", &LoadRegionsPy, py::arg("path"), py::arg("regions"), py::arg("verify") = true);
   m.def("storage_tensors", &StorageTensors, py::arg("path"));
   m.def("check_dcp_metadata", &CheckDcpMetadata, py::arg("data"), py::arg("what"));
-  m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"));
+  m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"),
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }
 

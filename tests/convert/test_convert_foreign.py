@@ -277,3 +277,47 @@ def test_zckpts_own_dcp_layout(zckpt, tmp_path):
     zckpt.ok("convert", "--quiet", src, "-o", tmp_path / "out")
     for name in os.listdir(src / "step"):
         assert filecmp.cmp(src / "step" / name, tmp_path / "out" / "step" / name, shallow=False), name
+
+
+def test_dcp_items_and_rank_files_are_read_under_the_allowlist(zckpt, tmp_path):
+    """A non-tensor DCP item is unpickled by DCP's planner without weights_only: convert, export
+    and ZckptStorageReader read it under zckpt's allowlist first (a harmless global off it is
+    refused until allowed by name); verify reads it under the deny list only, as it reads object
+    pickles. merge reads a verl rank file's pickle under the allowlist too."""
+    from fractions import Fraction
+
+    import torch.distributed.checkpoint as dcp
+    import zckpt.dcp as zdcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    fs, out, back = tmp_path / "fs", tmp_path / "out", tmp_path / "back"
+    dcp.save({"w": W, "frac": Fraction(1, 3)}, checkpoint_id=str(fs), no_dist=True)
+    zckpt.ok("verify", fs)
+    run = zckpt("convert", fs, "-o", out)
+    assert run.rc == 1 and "refused global 'fractions.Fraction'" in run.err, run.text
+    assert not (out / "__0_0.zckpt").exists()
+    zckpt.ok("convert", "--quiet", "--allow-global", "fractions.Fraction", fs, "-o", out)
+    zckpt.ok("verify", out)
+
+    run = zckpt("export", out, "-o", back)
+    assert run.rc == 1 and "refused global 'fractions.Fraction'" in run.err, run.text
+    assert not back.exists() or not os.listdir(back)
+    zckpt.ok("export", "--allow-global", "fractions.Fraction", out, "-o", back)
+    assert filecmp.cmp(fs / "__0_0.distcp", back / "__0_0.distcp", shallow=False)
+
+    state = {"w": torch.zeros(3, 4), "frac": None}
+    with pytest.raises(CheckpointException, match="refused global 'fractions.Fraction'"):
+        dcp.load(state, storage_reader=zdcp.ZckptStorageReader(str(out)), no_dist=True)
+    dcp.load(state, storage_reader=zdcp.ZckptStorageReader(str(out), allow_globals=[Fraction]), no_dist=True)
+    assert state["frac"] == Fraction(1, 3) and torch.equal(state["w"], W)
+
+    verl = tmp_path / "verl"
+    verl.mkdir()
+    torch.save({"w": W, "meta": Fraction(1, 3)}, verl / "model_world_size_1_rank_0.pt")
+    run = zckpt("merge", verl, "-o", tmp_path / "m.zckpt")
+    assert run.rc == 1 and "refused global 'fractions.Fraction'" in run.err, run.text
+    assert not (tmp_path / "m.zckpt").exists()
+    zckpt.ok("merge", "-q", "--allow-global", "fractions.Fraction", verl, "-o", tmp_path / "m.zckpt")
+    import zckpt as zckpt_py
+
+    assert torch.equal(zckpt_py.load(tmp_path / "m.zckpt")["w"], W)

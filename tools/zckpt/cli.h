@@ -55,7 +55,7 @@ std::string SelfDir();
 // Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
 int UsageError(const std::string& command, const std::string& message);
 
-// Help text of --allow-global, shared by convert, export and load.
+// Help text of --allow-global, shared by convert, export, merge and load.
 inline constexpr const char* kAllowGlobalHelp =
     "  --allow-global MOD.NAME  let the pickle name this global besides zckpt's allowlist of\n"
     "                         data globals (torch's tensors, storages and dtypes, collections,\n"

@@ -35,14 +35,15 @@ int ConvertDcp(const std::string& source, const std::string& destination, const 
   }
 }
 
-int ExportDcp(const std::string& source, const std::string& destination, bool force) {
+int ExportDcp(const std::string& source, const std::string& destination, bool force,
+              const std::vector<std::string>& allow_globals) {
   if (!force) {
     std::vector<std::string> existing;
     for (const std::string& out : DcpExportOutputs(source, destination))
       if (Exists(out)) existing.push_back(out);
     if (!existing.empty()) return RefuseExisting("export", existing);
   }
-  ExportDcpFolder(source, destination);
+  ExportDcpFolder(source, destination, allow_globals);
   return kExitOk;
 }
 

@@ -11,7 +11,7 @@ namespace zckpt::cli {
 namespace {
 constexpr const char* kHelp =
     "usage: zckpt export SRC.zckpt -o DST [--format pt|safetensors] [--force] [--allow-global MOD.NAME]...\n"
-    "       zckpt export DCP_DIR -o OUTDIR [--force]\n\n"
+    "       zckpt export DCP_DIR -o OUTDIR [--force] [--allow-global MOD.NAME]...\n\n"
     "Writes the container back as the file it came from. --format pt (the default, unless DST\n"
     "ends in .safetensors): a torch.save file: the kept object pickle and every record of the\n"
     "source archive (legacy-format sources come back byte for byte; a safetensors source becomes\n"
@@ -27,7 +27,8 @@ constexpr const char* kHelp =
     "A torch.distributed.checkpoint folder converted by 'zckpt convert DIR' goes back to DCP's\n"
     "FileSystemWriter layout: each .distcp file byte for byte, .metadata and the other files\n"
     "unchanged (a folder written by zckpt.dcp.ZckptStorageWriter has no .distcp bytes to give\n"
-    "back: 'zckpt merge' writes its full model).\n\n"
+    "back: 'zckpt merge' writes its full model). Its non-tensor items, which DCP's planner\n"
+    "unpickles without weights_only, are vetted first as object pickles are.\n\n"
     "options:\n"
     "  -o, --output DST      destination (required)\n"
     "  --format FORMAT       pt or safetensors (default: from DST's extension, else pt)\n"
@@ -65,7 +66,7 @@ int RunExport(const Argv& argv) {
     if (args.Get("format") && *args.Get("format") != "pt")
       return UsageError("export", "a DCP folder goes back to its .distcp files (--format pt); 'zckpt merge " +
                                       args.positional()[0] + " -o OUT' writes its model as safetensors");
-    return ExportDcp(args.positional()[0], *out, args.Has("force"));
+    return ExportDcp(args.positional()[0], *out, args.Has("force"), args.GetAll("allow-global"));
   }
   if (!args.Has("force") && Exists(*out))
     return UsageError("export", *out + " exists; nothing was written (--force overwrites)");

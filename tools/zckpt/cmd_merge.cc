@@ -33,7 +33,8 @@ constexpr const char* kHelp =
     "  --chunk-bytes N, --zstd LEVEL   container output options, as for convert\n"
     "  -f, --force              overwrite outputs that exist (default: refuse, exit 2, before\n"
     "                           anything is written)\n"
-    "  -q, --quiet              no summary\n";
+    "  -q, --quiet              no summary\n"
+    "%s";
 constexpr const char* kHelpTail =
     "\nExit codes:\n"
     "  0  merged\n"
@@ -45,11 +46,11 @@ constexpr const char* kHelpTail =
 
 int RunMerge(const Argv& argv) {
   Args args(argv, {"help", "quiet", "force"},
-            {"output", "files", "keys", "max-shard-size", "chunk-bytes", "zstd", "progress"},
+            {"output", "files", "keys", "max-shard-size", "chunk-bytes", "zstd", "progress", "allow-global"},
             {{"h", "help"}, {"o", "output"}, {"q", "quiet"}, {"f", "force"}});
   if (!args.ok()) return UsageError("merge", args.error());
   if (args.Has("help")) {
-    std::fputs(kHelp, stdout);
+    std::printf(kHelp, kAllowGlobalHelp);
     std::fputs(kProgressHelp, stdout);
     std::fputs(kHelpTail, stdout);
     return kExitOk;
@@ -71,6 +72,7 @@ int RunMerge(const Argv& argv) {
   const std::string dir = args.positional()[0];
   if (SameFile(dir, *out)) return UsageError("merge", "the output is the checkpoint folder itself");
   options.overwrite = args.Has("force");
+  options.allow_globals = args.GetAll("allow-global");
   ProgressBar bar("merge " + dir, 0, *progress);
   options.progress = [&bar](uint64_t done, uint64_t total) {
     bar.SetTotal(total);

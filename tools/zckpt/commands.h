@@ -32,8 +32,10 @@ int ExecLoad(const Argv& args);
 // argument is a DCP folder (convert/source_kind.h: IsDcpFolder). Return exit codes.
 int ConvertDcp(const std::string& source, const std::string& destination, const zckpt::ConvertOptions& options,
                bool quiet, ProgressStyle progress);
-// Refuses (exit 2, nothing written) when a file it would write exists, unless `force`.
-int ExportDcp(const std::string& source, const std::string& destination, bool force);
+// Refuses (exit 2, nothing written) when a file it would write exists, unless `force`;
+// `allow_globals`: --allow-global, for the BytesIO items vetted before anything is written.
+int ExportDcp(const std::string& source, const std::string& destination, bool force,
+              const std::vector<std::string>& allow_globals);
 
 // Runs one subcommand, turning what it throws into "zckpt NAME: message" and an exit code.
 int RunGuarded(const char* name, int (*run)(const Argv&), const Argv& args);

@@ -46,6 +46,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from . import _C
+from ._api import _allowed
 
 __all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
 
@@ -229,13 +230,18 @@ class ZckptStorageReader(StorageReader):
     """Reads a DCP checkpoint written by ZckptStorageWriter (or converted by `zckpt convert`).
 
     verify=False skips the per-chunk checksum (zstd frames are still checked whole).
+    Non-tensor items (DCP's BytesIO: torch.save of Python values, which DCP's planner unpickles
+    without weights_only) are read by zckpt's interpreter first and refused (UnsafeError) if they
+    name a global off its allowlist, unless listed in allow_globals ('module.name' strings,
+    classes or functions, as for zckpt.load); globals that could run code are refused whatever.
     `last_read` holds, after each read_data, what this rank read: regions, chunks, stored_bytes
     (bytes of the chunks read from the files), and the containers it touched."""
 
-    def __init__(self, path, *, verify=True):
+    def __init__(self, path, *, verify=True, allow_globals=()):
         super().__init__()
         self.path = os.fspath(path)
         self.verify = verify
+        self.allow_globals = _allowed(allow_globals)
         self.storage_data = {}
         self.load_id = str(uuid.uuid4())
         self.last_read = {}
@@ -305,7 +311,7 @@ class ZckptStorageReader(StorageReader):
             blobs = [(item, name) for item, name in items if item.type == LoadItemType.BYTE_IO]
             tensors = [(item, name) for item, name in items if item.type != LoadItemType.BYTE_IO]
             if blobs:
-                for (item, _), data in zip(blobs, _C.read_dcp_blobs(path, [n for _, n in blobs])):
+                for (item, _), data in zip(blobs, _C.read_dcp_blobs(path, [n for _, n in blobs], self.allow_globals)):
                     planner.load_bytes(item, io.BytesIO(data))
             if tensors:
                 targets = [planner.resolve_tensor(item).detach() for item, _ in tensors]
