@@ -43,6 +43,8 @@ def candidates():
 
 
 def main():
+    # `zckpt reshard` runs `python -m zckpt reshard`: with this Python, which has the package.
+    os.environ.setdefault("ZCKPT_PYTHON", sys.executable)
     tried = []
     for d in candidates():
         exe = os.path.join(d, "zckpt")

@@ -34,9 +34,10 @@ int RunReshard(const Argv& args) {
   if (python.empty() || access(python.c_str(), X_OK) != 0)
     return UsageError("reshard", "needs a Python with torch and the zckpt package: run 'python -m zckpt reshard ...' "
                                  "(or set ZCKPT_PYTHON)");
-  // The package of this build (BUILD/src/python beside BUILD/tools) or of the installation.
-  std::string build_tree = SelfDir() + "/../src/python";
-  std::string path = HasPackage(build_tree) ? build_tree : HasPackage(site) ? site : "";
+  // The package of this build (BUILD/src/python beside BUILD/tools), of a wheel (the binary is
+  // SITE/zckpt/bin/zckpt), or of the installation.
+  std::string build_tree = SelfDir() + "/../src/python", wheel = SelfDir() + "/../..";
+  std::string path = HasPackage(build_tree) ? build_tree : HasPackage(wheel) ? wheel : HasPackage(site) ? site : "";
   if (!path.empty()) {
     const char* old = std::getenv("PYTHONPATH");
     std::string value = path + (old && *old ? ":" + std::string(old) : "");
