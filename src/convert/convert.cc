@@ -94,7 +94,8 @@ class Converter {
     BeginProgress(model.storages);
     ArchiveParts parts(*this, archive, *file);
     convert::ZipCounts counts =
-        convert::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts);
+        convert::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts,
+                                   ErrorKind::kCorrupt);  // the file's pickle names a record it lacks
     stats_.tensors = counts.tensors;  // storages are counted by AddStorage
   }
 

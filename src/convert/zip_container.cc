@@ -28,15 +28,16 @@ uint64_t AddTensorRecords(ContainerWriter& writer, const pickle::TorchPickle& mo
 }
 
 ZipCounts WriteZipContainer(ContainerWriter& writer, const pickle::TorchPickle& model,
-                            const std::vector<std::string>& records, const std::string& prefix, ZipParts& parts) {
+                            const std::vector<std::string>& records, const std::string& prefix, ZipParts& parts,
+                            ErrorKind missing) {
   std::unordered_set<std::string> listed(records.begin(), records.end());
   if (!listed.count(std::string(kObjectPickleBlob)))
-    throw Error(ErrorKind::kInvalidArgument, "the record list does not name " + std::string(kObjectPickleBlob));
+    throw Error(missing, "the record list does not name " + std::string(kObjectPickleBlob));
   std::unordered_set<std::string> storage_records;
   for (const pickle::TorchStorage& s : model.storages) {
     std::string name = std::string(kStorageRecordPrefix) + s.key;
     if (!listed.count(name))
-      throw Error(ErrorKind::kInvalidArgument, "the record list does not name " + name + ", a storage of the pickle");
+      throw Error(missing, "the record list does not name " + name + ", a storage of the pickle");
     storage_records.insert(std::move(name));
   }
   ZipCounts counts;

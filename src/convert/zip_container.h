@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pickle/torch_model.h"
+#include "zckpt/error.h"
 #include "zckpt/container_writer.h"
 
 namespace zckpt::convert {
@@ -35,10 +36,13 @@ struct ZipCounts {
 // Writes, in this order: every storage of `model` (pickle order), the tensor records of
 // `model`, every other record of `records` (archive order, data.pkl included) as a blob named
 // like the record, and the metadata export needs (zckpt.source.format = zip, .prefix,
-// .records). Does not commit. Error(kInvalidArgument) when `records` does not list a storage
-// of the pickle (`data/<key>`) or data.pkl: export could not give it back.
+// .records). Does not commit. Error(`missing`) when `records` does not list a storage of the
+// pickle (`data/<key>`) or data.pkl: export could not give it back. Whose fault that is depends
+// on where `records` came from: a .pt file's archive (kCorrupt: the file is damaged or forged)
+// or a caller's list (kInvalidArgument).
 ZipCounts WriteZipContainer(ContainerWriter& writer, const pickle::TorchPickle& model,
-                            const std::vector<std::string>& records, const std::string& prefix, ZipParts& parts);
+                            const std::vector<std::string>& records, const std::string& prefix, ZipParts& parts,
+                            ErrorKind missing);
 
 // The storage record of a pickle's storage (key, location, dtype, untyped as the pickle says).
 NewStorage StorageRecordOf(const pickle::TorchStorage& s);

@@ -132,7 +132,8 @@ SaveStats SavePickled(const std::string& path, const PickledCheckpoint& checkpoi
     ContainerWriter writer(path, options.writer);
     TensorParts parts(checkpoint, records, options, path, stats);
     convert::ZipCounts counts = convert::WriteZipContainer(
-        writer, model, records.names, checkpoint.prefix.empty() ? save::ArchivePrefix(path) : checkpoint.prefix, parts);
+        writer, model, records.names, checkpoint.prefix.empty() ? save::ArchivePrefix(path) : checkpoint.prefix, parts,
+        ErrorKind::kInvalidArgument);
     for (const auto& [key, value] : checkpoint.metadata) writer.SetMetadata(key, value);
     stats.written = writer.Commit();
     stats.storages = counts.storages;

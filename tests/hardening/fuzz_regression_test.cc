@@ -25,6 +25,7 @@
 #include "pt/pt_archive.h"
 #include "pt/zip_writer.h"
 #include "test_util.h"
+#include "zckpt/convert.h"
 #include "zckpt/error.h"
 
 namespace zckpt::hardening {
@@ -233,6 +234,28 @@ std::vector<uint8_t> TensorPickle(const std::vector<int64_t>& sizes, const std::
   for (int64_t v : strides) long8(v);
   text("t\x89" "ccollections\nOrderedDict\n)RtR.");
   return p;
+}
+
+// A .pt archive whose pickle names storage data/0 that the archive lacks (fuzz_convert, CI run
+// of 2026-11): convert refused it with kInvalidArgument, an error that blames the caller, as if
+// zckpt had built a wrong record list. The file is what is damaged: kCorrupt, naming the record.
+TEST(ConvertRegression, ArchiveMissingAStorageOfItsPickleIsCorrupt) {
+  TempDir dir;
+  {
+    pt::TorchZipWriter w(dir.File("v.pt"), "v");
+    w.WriteRecord("data.pkl", std::span<const uint8_t>(kVectorPickle, sizeof kVectorPickle));
+    w.WriteRecord("byteorder", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("little"), 6));
+    w.WriteRecord("version", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("3\n"), 2));
+    w.Commit();
+  }
+  try {
+    ConvertFile(dir.File("v.pt"), dir.File("v.zckpt"), ConvertOptions{});
+    FAIL() << "converted an archive without the storage its pickle names";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data/0"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(testing::FileExists(dir.File("v.zckpt")));
 }
 
 // InterpretTorchPickle's extent check (pickle/torch_tensors.cc, PlaceInStorage) summed
