@@ -18,6 +18,8 @@ enum class ErrorKind {
   kUnsafe,       // a pickle names a global that could run code, or one not known to be data; refused
   kInvalidArgument,  // caller error (bad option, shape mismatch in load_into, ...)
   kCancelled,    // stopped on request
+  kOutOfMemory,  // a device or host allocation failed (torch's allocator, pinned memory): the
+                 // Python package raises zckpt.OutOfMemoryError, a torch.OutOfMemoryError
 };
 
 const char* ErrorKindName(ErrorKind kind);

@@ -21,6 +21,9 @@
 //                  LoadOptions::allow_globals) or on the deny list, naming it and its offset
 //   kInvalidArgument  bad options; LoadInto mismatches
 //   kCancelled     LoadOptions::cancel became true
+//   kOutOfMemory   a destination, a staging buffer or the ring could not be allocated (torch's
+//                  caching allocator ran out of device memory, host or pinned memory ran out):
+//                  the Python package raises zckpt.OutOfMemoryError, a torch.OutOfMemoryError
 // On any error the load stops cleanly: reader threads are joined, the ring is freed, device work
 // is synchronized, and no partial result is returned.
 //
@@ -99,6 +102,11 @@ LoadResult Load(const std::string& path, c10::Device device, const LoadOptions& 
 // The storages only (no tensor views): for the Python module, which hands them to torch's own
 // unpickler. `tensors`/`meta` are empty.
 LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadOptions& options = {});
+// The same with each storage on its own device: `devices[key]`, or `fallback` for keys it does not
+// name (a dict map_location, CPU storages in a mostly-CUDA file). Still one pass over the file,
+// and each device receives its own storages only: none is parked on another device first.
+LoadResult LoadStorages(const std::string& path, const std::map<std::string, c10::Device>& devices,
+                        c10::Device fallback, const LoadOptions& options = {});
 
 struct LoadIntoOptions {
   LoadOptions base;
@@ -181,12 +189,16 @@ HostMemory ReadHostMemory();  // from /proc/self/status; zeros where unavailable
 // Resets VmHWM to the current RSS (writes 5 to /proc/self/clear_refs); false when refused.
 bool ResetHostPeak();
 
+// On a nearly full card what decides success is what the caching allocator reserves (its
+// segments, rounded up) and what the driver has left (cudaMemGetInfo), not the bytes in tensors:
+// report all three.
 struct DeviceMemory {
   bool available = false;  // false without CUDA (build or device)
   uint64_t allocated = 0;       // torch caching allocator: bytes in tensors
   uint64_t peak_allocated = 0;  // since the last ResetDevicePeak
-  uint64_t reserved = 0;        // cached by the allocator
-  uint64_t free = 0, total = 0; // cudaMemGetInfo
+  uint64_t reserved = 0;        // segments the allocator holds (allocated + cached + rounding)
+  uint64_t peak_reserved = 0;   // since the last ResetDevicePeak
+  uint64_t free = 0, total = 0; // cudaMemGetInfo: the whole device, every process
 };
 DeviceMemory ReadDeviceMemory(int device);
 void ResetDevicePeak(int device);

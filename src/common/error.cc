@@ -11,6 +11,7 @@ const char* ErrorKindName(ErrorKind kind) {
     case ErrorKind::kUnsafe: return "unsafe";
     case ErrorKind::kInvalidArgument: return "invalid-argument";
     case ErrorKind::kCancelled: return "cancelled";
+    case ErrorKind::kOutOfMemory: return "out-of-memory";
   }
   return "unknown";
 }

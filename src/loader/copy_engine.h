@@ -10,14 +10,25 @@
 #include <memory>
 #include <vector>
 
+struct CUstream_st;  // cudaStream_t, named without the CUDA headers
+
 namespace zckpt::loader {
+
+// A CUDA device a load writes to, and the caller's stream on it whose queued work the load's
+// copies must come after: the torch-facing layer passes torch's current stream (the caching
+// allocator hands out blocks ordered on it, and a LoadInto target may still be being produced
+// there), so the engine itself needs no torch. nullptr is the legacy default stream.
+struct CudaDevice {
+  int index = 0;
+  CUstream_st* wait_for = nullptr;
+};
 
 class CopyEngine {
  public:
   virtual ~CopyEngine() = default;
 
   // Ring memory: 4 KiB-aligned host memory (the CPU engine), pinned host memory (CUDA engine,
-  // so copies are true DMA and can overlap reads). Throws Error(kIo) on failure.
+  // so copies are true DMA and can overlap reads). Throws Error(kOutOfMemory) on failure.
   virtual uint8_t* AllocateHost(uint64_t bytes) = 0;
   virtual void FreeHost(uint8_t* p) noexcept = 0;
 
@@ -34,10 +45,15 @@ class CopyEngine {
 };
 
 std::unique_ptr<CopyEngine> MakeCpuCopyEngine();
-// `devices`: CUDA device indices destinations live on; `slots`: ring size. Makes each of its
-// streams wait for torch's current stream on that device, so memory the caching allocator just
-// handed out (or a target still being produced) is not written early. Throws
-// Error(kUnsupported) in a build without CUDA, Error(kIo) on CUDA errors.
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<int>& devices, unsigned slots);
+// `devices`: the CUDA devices destinations live on; `slots`: ring size. Each of its streams
+// first waits for that device's `wait_for` stream, so memory just handed out (or a target still
+// being produced) is not written early. Ring slots come from a per-process pinned cache
+// (pinned_cache.h), so a load page-locks and frees nothing once the cache is warm.
+// The engine makes devices current as it needs them (on the calling thread) and does not switch
+// back: restoring with cudaSetDevice would create a primary context on an untouched device 0.
+// The torch-facing caller holds torch's device guard around the load (torch_cuda.cc).
+// Throws Error(kUnsupported) in a build without CUDA, Error(kOutOfMemory) when pinned memory
+// cannot be had, Error(kIo) on other CUDA errors.
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots);
 
 }  // namespace zckpt::loader

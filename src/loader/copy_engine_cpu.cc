@@ -18,7 +18,7 @@ class CpuCopyEngine final : public CopyEngine {
     // 4 KiB alignment: the O_DIRECT method reads into slots.
     void* p = nullptr;
     if (posix_memalign(&p, kDirectIoAlign, bytes) != 0)
-      throw Error(ErrorKind::kIo, "cannot allocate a " + std::to_string(bytes) + "-byte ring slot");
+      throw Error(ErrorKind::kOutOfMemory, "cannot allocate a " + std::to_string(bytes) + "-byte ring slot");
     return static_cast<uint8_t*>(p);
   }
   void FreeHost(uint8_t* p) noexcept override { std::free(p); }

@@ -1,6 +1,10 @@
 // The CUDA copy engine: cudaMemcpyAsync from pinned ring slots on a stream of our own per device,
 // one event per slot and device; a slot goes back to the readers once its events have fired, so
 // reading the next slots overlaps the DMA of the previous ones.
+//
+// Torch-free (the CUDA runtime only): the torch-facing layer hands it the streams to wait for and
+// holds torch's device guard around it (torch_cuda.cc), and tests/cudasim runs it against a
+// simulated asynchronous runtime.
 #include "loader/copy_engine.h"
 
 #include <string>
@@ -8,10 +12,21 @@
 #include "zckpt/error.h"
 
 #if ZCKPT_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <deque>
+
+#include "loader/cuda_check.h"
+#include "loader/pinned_cache.h"
+#endif
+
+// Deliberately broken variants, compiled only into the simulator suite by tools/sim-mutants.sh
+// (meson -Dsim_mutant=N, which no other target sees), to show that the suite catches each:
+//   1  a slot goes back to the readers as soon as its copies are issued, not completed
+//   2  the engine's streams do not wait for the caller's stream
+//   3  waiting for the engine's streams (Synchronize, and before destroying them) does nothing
+#ifndef ZCKPT_SIM_MUTANT
+#define ZCKPT_SIM_MUTANT 0
 #endif
 
 namespace zckpt::loader {
@@ -20,37 +35,14 @@ namespace zckpt::loader {
 
 namespace {
 
-void CudaCheck(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();  // clear a sticky-free error so later calls are not blamed
-  throw Error(ErrorKind::kIo, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
-// Makes `device` current for a scope (CUDA streams and events belong to a device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    CudaCheck(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) CudaCheck(cudaSetDevice(device), "cudaSetDevice");
-    changed_ = previous_ != device;
-  }
-  ~DeviceScope() {
-    if (changed_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
+constexpr int kMutant = ZCKPT_SIM_MUTANT;
 
 class CudaCopyEngine final : public CopyEngine {
  public:
-  CudaCopyEngine(const std::vector<int>& devices, unsigned slots) : touched_(slots, 0) {
+  CudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots) : touched_(slots, 0) {
     if (devices.size() > 64) throw Error(ErrorKind::kInvalidArgument, "more than 64 CUDA devices in one load");
     try {
-      for (int device : devices) AddDevice(device, slots);
+      for (const CudaDevice& device : devices) AddDevice(device, slots);
     } catch (...) {
       Destroy();
       throw;
@@ -59,18 +51,16 @@ class CudaCopyEngine final : public CopyEngine {
   ~CudaCopyEngine() override { Destroy(); }
 
   uint8_t* AllocateHost(uint64_t bytes) override {
-    // Pinned, portable (usable from every device's context); allocated with the first
-    // destination device current so no context is created on a device the load does not use.
-    DeviceScope scope(devices_.empty() ? 0 : devices_[0].device);
-    void* p = nullptr;
-    CudaCheck(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc (pinned ring slot)");
-    return static_cast<uint8_t*>(p);
+    // Made with the first destination device current, so no context is created on a device the
+    // load does not use (pinned memory is portable: every device's copies may read it).
+    if (!devices_.empty()) UseDevice(devices_[0].device);
+    return PinnedCache::Global().Take(bytes);
   }
-  void FreeHost(uint8_t* p) noexcept override { (void)cudaFreeHost(p); }
+  void FreeHost(uint8_t* p) noexcept override { PinnedCache::Global().Give(p); }
 
   void CopyToDevice(const uint8_t* src, uint8_t* dst, uint64_t bytes, int device) override {
     size_t k = IndexOf(device);
-    DeviceScope scope(device);
+    UseDevice(device);
     CudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, devices_[k].stream), "cudaMemcpyAsync");
     current_ |= uint64_t{1} << k;
   }
@@ -78,10 +68,10 @@ class CudaCopyEngine final : public CopyEngine {
   void EndSlot(unsigned slot) override {
     for (size_t k = 0; k < devices_.size(); ++k) {
       if (!(current_ >> k & 1)) continue;
-      DeviceScope scope(devices_[k].device);
+      UseDevice(devices_[k].device);
       CudaCheck(cudaEventRecord(devices_[k].events[slot], devices_[k].stream), "cudaEventRecord");
     }
-    touched_[slot] = current_;
+    touched_[slot] = kMutant == 1 ? 0 : current_;  // mutant 1: as if no copy read the slot
     current_ = 0;
     in_flight_.push_back(slot);
   }
@@ -101,10 +91,7 @@ class CudaCopyEngine final : public CopyEngine {
   bool HasInFlight() const override { return !in_flight_.empty(); }
 
   void Synchronize() override {
-    for (const auto& d : devices_) {
-      DeviceScope scope(d.device);
-      CudaCheck(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
-    }
+    for (const auto& d : devices_) CudaCheck(WaitForStream(d), "cudaStreamSynchronize");
   }
 
  private:
@@ -114,26 +101,31 @@ class CudaCopyEngine final : public CopyEngine {
     std::vector<cudaEvent_t> events;  // one per slot
   };
 
-  void AddDevice(int device, unsigned slots) {
-    DeviceScope scope(device);
+  static cudaError_t WaitForStream(const PerDevice& d) {
+    if (kMutant == 3) return cudaSuccess;
+    return cudaStreamSynchronize(d.stream);
+  }
+
+  void AddDevice(const CudaDevice& target, unsigned slots) {
+    UseDevice(target.index);
     PerDevice& d = devices_.emplace_back();
-    d.device = device;
+    d.device = target.index;
     CudaCheck(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     for (unsigned s = 0; s < slots; ++s) {
       cudaEvent_t e = nullptr;
       CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
       d.events.push_back(e);
     }
-    // Our stream starts after everything already queued on torch's current stream: the caching
-    // allocator hands out blocks ordered on that stream, and a LoadInto target may still be
-    // being produced there.
+    if (kMutant == 2) return;
+    // Our stream starts after everything already queued on the caller's stream (an event of this
+    // device, recorded there with this device current: the legacy default stream is the current
+    // device's).
     cudaEvent_t ready = nullptr;
     CudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    cudaStream_t current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
-    cudaError_t e = cudaEventRecord(ready, current);
+    cudaError_t e = cudaEventRecord(ready, target.wait_for);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(d.stream, ready, 0);
     (void)cudaEventDestroy(ready);
-    CudaCheck(e, "cudaStreamWaitEvent (torch's current stream)");
+    CudaCheck(e, "cudaStreamWaitEvent (the caller's stream)");
   }
 
   size_t IndexOf(int device) const {
@@ -158,15 +150,15 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   void Destroy() noexcept {
-    int previous = 0;
-    (void)cudaGetDevice(&previous);
     for (auto& d : devices_) {
-      (void)cudaSetDevice(d.device);
-      if (d.stream != nullptr) (void)cudaStreamSynchronize(d.stream);
+      try {
+        UseDevice(d.device);  // a device of this load: it has its context already
+      } catch (const Error&) {
+      }
+      if (d.stream != nullptr) (void)WaitForStream(d);
       for (cudaEvent_t e : d.events) (void)cudaEventDestroy(e);
       if (d.stream != nullptr) (void)cudaStreamDestroy(d.stream);
     }
-    (void)cudaSetDevice(previous);
     devices_.clear();
   }
 
@@ -178,13 +170,13 @@ class CudaCopyEngine final : public CopyEngine {
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<int>& devices, unsigned slots) {
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots) {
   return std::make_unique<CudaCopyEngine>(devices, slots);
 }
 
 #else
 
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<int>&, unsigned) {
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<CudaDevice>&, unsigned) {
   throw Error(ErrorKind::kUnsupported, "zckpt was built without CUDA: cannot load to a CUDA device");
 }
 

@@ -7,6 +7,7 @@
 #include "loader/plan.h"
 #include "loader/stream.h"
 #include "loader/tensors.h"
+#include "loader/torch_cuda.h"
 #include "zckpt/format.h"
 
 namespace zckpt::loader {
@@ -111,7 +112,7 @@ ViewCopyReport CopyViews(const Container& c, std::vector<ViewCopy> copies, const
     });
     s.buffer = at::Tensor();
   };
-  report.stats = StreamChunks(c, d, options, cuda_devices, hooks);
+  report.stats = StreamChunksForTorch(c, d, options, cuda_devices, hooks);
   // Bytes written behind autograd's back: bump the version counters as copy_ would have.
   for (const at::Tensor& t : direct_targets)
     if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();

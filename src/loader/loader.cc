@@ -1,9 +1,11 @@
 // Load / LoadStorages: one destination allocation per storage, then one streaming pass.
+#include <algorithm>
 #include <chrono>
 
 #include "loader/plan.h"
 #include "loader/stream.h"
 #include "loader/tensors.h"
+#include "loader/torch_cuda.h"
 #include "zckpt/container.h"
 #include "zckpt/loader.h"
 
@@ -20,10 +22,12 @@ void CheckDevice(c10::Device device) {
               "cannot load to device " + device.str() + (device.is_cuda() ? ": zckpt was built without CUDA" : ""));
 }
 
-LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptions& options, bool views) {
+// `device_of(container, storage index)` says where each storage goes.
+template <typename DeviceOf>
+LoadResult LoadImpl(const std::string& path, DeviceOf device_of, const LoadOptions& options, bool views) {
   auto t0 = std::chrono::steady_clock::now();
-  CheckDevice(device);
   auto c = Container::Open(path);
+  for (uint32_t s = 0; s < c->storage_count(); ++s) CheckDevice(device_of(*c, s));
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);  // bad options fail before allocating
   std::optional<convert::ObjectPickle> pickle;
   if (views) {
@@ -31,7 +35,8 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
     pickle = loader::VetObjectPickle(*c, options.allow_globals);  // before a byte of data is read
   }
 
-  // One allocation per storage; every chunk of it goes to its place in that allocation.
+  // One allocation per storage, each on its own device; every chunk of it goes to its place in
+  // that allocation. Nothing is allocated anywhere else first: each device holds its storages only.
   const uint64_t chunk_bytes = c->superblock().chunk_bytes;
   std::vector<at::Tensor> bytes;
   bytes.reserve(c->storage_count());
@@ -39,9 +44,10 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
   std::vector<int> cuda_devices;
   for (uint32_t s = 0; s < c->storage_count(); ++s) {
     StorageInfo info = c->storage(s);
-    at::Tensor dst = loader::AllocateBytes(info.raw_bytes, device);
+    at::Tensor dst = loader::AllocateBytes(info.raw_bytes, device_of(*c, s));
     int dev = dst.is_cuda() ? dst.get_device() : -1;
-    if (dev >= 0 && cuda_devices.empty()) cuda_devices.push_back(dev);
+    if (dev >= 0 && std::find(cuda_devices.begin(), cuda_devices.end(), dev) == cuda_devices.end())
+      cuda_devices.push_back(dev);
     auto* base = static_cast<uint8_t*>(dst.data_ptr());
     for (uint64_t k = 0; k < info.chunk_count; ++k) {
       loader::Piece p;
@@ -55,7 +61,7 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
   d.Finish();
 
   LoadResult result;
-  result.stats = loader::StreamChunks(*c, d, options, cuda_devices);
+  result.stats = loader::StreamChunksForTorch(*c, d, options, cuda_devices);
   loader::FinishResult(*c, bytes, views, options.object_tree ? &pickle : nullptr, t0, &result, &result.stats);
   return result;
 }
@@ -63,11 +69,20 @@ LoadResult LoadImpl(const std::string& path, c10::Device device, const LoadOptio
 }  // namespace
 
 LoadResult Load(const std::string& path, c10::Device device, const LoadOptions& options) {
-  return LoadImpl(path, device, options, true);
+  return LoadImpl(path, [&](const Container&, uint32_t) { return device; }, options, true);
 }
 
 LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadOptions& options) {
-  return LoadImpl(path, device, options, false);
+  return LoadImpl(path, [&](const Container&, uint32_t) { return device; }, options, false);
+}
+
+LoadResult LoadStorages(const std::string& path, const std::map<std::string, c10::Device>& devices,
+                        c10::Device fallback, const LoadOptions& options) {
+  auto device_of = [&](const Container& c, uint32_t s) {
+    auto it = devices.find(std::string(c.storage(s).key));
+    return it == devices.end() ? fallback : it->second;
+  };
+  return LoadImpl(path, device_of, options, false);
 }
 
 }  // namespace zckpt

@@ -8,6 +8,7 @@
 
 #if ZCKPT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -58,16 +59,17 @@ DeviceMemory ReadDeviceMemory(int device) {
   m.allocated = static_cast<uint64_t>(stats.allocated_bytes[0].current);  // [0]: all pools
   m.peak_allocated = static_cast<uint64_t>(stats.allocated_bytes[0].peak);
   m.reserved = static_cast<uint64_t>(stats.reserved_bytes[0].current);
-  int previous = 0;
-  (void)cudaGetDevice(&previous);
-  (void)cudaSetDevice(device);
-  size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-    m.free = free;
-    m.total = total;
+  m.peak_reserved = static_cast<uint64_t>(stats.reserved_bytes[0].peak);
+  {
+    // torch's guard gives the previous device back without creating a context on it.
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      m.free = free;
+      m.total = total;
+    }
+    (void)cudaGetLastError();
   }
-  (void)cudaGetLastError();
-  (void)cudaSetDevice(previous);
   m.available = true;
 #else
   (void)device;

@@ -43,7 +43,7 @@ uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes) {
 }
 
 LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOptions& o,
-                       const std::vector<int>& cuda_devices, const StagingHooks& staging) {
+                       const std::vector<CudaDevice>& cuda_devices, const StagingHooks& staging) {
   LoadStats stats;
   uint64_t slot_bytes = ResolveSlotBytes(o, c.superblock().chunk_bytes);
   ChunkReader reader(c, Resolve(o.method), o.verify);

@@ -71,9 +71,18 @@ void CheckViewable(const Container& c, const TensorInfo& t) {
 at::Tensor AllocateBytes(uint64_t bytes, c10::Device device) {
   // Plain 4 KiB pages: madvise(MADV_HUGEPAGE) on CPU destinations was tried and made loads 2-3x
   // slower here (direct compaction on fault under THP defrag=madvise).
-  return WithTorchErrors([&] {
+  auto empty = [&] {
     return at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(device));
-  });
+  };
+  if (!device.is_cpu()) return WithTorchErrors(empty);
+  try {
+    return empty();
+  } catch (const c10::Error& e) {
+    // The CPU allocator reports a failed allocation as a plain c10::Error (the CUDA one throws
+    // c10::OutOfMemoryError); an allocation of a valid size fails for want of memory only.
+    throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory: " +
+                                             e.what_without_backtrace());
+  }
 }
 
 at::Tensor BytesOf(const c10::Storage& storage) {

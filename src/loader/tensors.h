@@ -38,11 +38,14 @@ at::Tensor BytesOf(const c10::Storage& storage);
 // requires_grad applied as torch's _rebuild_tensor_v2 does.
 at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t storage_offset);
 
-// Runs `f`, turning torch's c10::Error (allocation, CUDA init, copy_) into Error(kIo).
+// Runs `f`, turning torch's c10::Error (allocation, CUDA init, copy_) into Error(kIo), and its
+// c10::OutOfMemoryError (the caching allocator, or the CPU one) into Error(kOutOfMemory).
 template <typename F>
 auto WithTorchErrors(F&& f) -> decltype(f()) {
   try {
     return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw Error(ErrorKind::kOutOfMemory, std::string("torch: ") + e.what_without_backtrace());
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::kIo, std::string("torch: ") + e.what_without_backtrace());
   }

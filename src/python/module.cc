@@ -2,8 +2,8 @@
 //
 // Built against torch's own headers and its bundled pybind11, so at::Tensor crosses into Python
 // through torch's type casters exactly as in a torch C++ extension. Every call that streams data
-// releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError for those
-// kinds), carrying the C++ message.
+// releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError, and
+// OutOfMemoryError, also a torch.OutOfMemoryError, for those kinds), carrying the C++ message.
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -114,26 +114,17 @@ py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
   return out;
 }
 
-// Storages onto their devices. Loading streams to one device at a time; storages meant for
-// other devices (a dict map_location spreading them) are moved afterwards.
+// Storages onto their devices (`devices`: key -> "cpu", "cuda:1", ...), all in one streaming
+// pass: each device receives its own storages only.
 py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std::string>& devices, bool verify) {
-  std::map<std::string, size_t> votes;
-  for (const auto& [key, dev] : devices) votes[dev]++;
-  std::string main_device = "cpu";
-  size_t best = 0;
-  for (const auto& [dev, n] : votes)
-    if (n > best) best = n, main_device = dev;
+  std::map<std::string, c10::Device> where;
+  for (const auto& [key, dev] : devices) where.emplace(key, c10::Device(dev));
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
     LoadOptions options;
     options.verify = verify;
-    LoadResult r = LoadStorages(path, c10::Device(main_device), options);
-    storages = std::move(r.storages_by_key);
-    for (auto& [key, t] : storages) {
-      auto it = devices.find(key);
-      if (it != devices.end() && it->second != main_device) t = t.to(c10::Device(it->second));
-    }
+    storages = LoadStorages(path, where, c10::Device(c10::kCPU), options).storages_by_key;
   }
   return StoragesToDict(storages);
 }
@@ -302,13 +293,21 @@ PYBIND11_MODULE(_C, m) {
   static py::exception<zckpt::Error> base(m, "ZckptError", PyExc_RuntimeError);
   static py::exception<zckpt::Error> corrupt(m, "CorruptError", base.ptr());
   static py::exception<zckpt::Error> unsafe(m, "UnsafeError", base.ptr());
+  // A ZckptError that is also a torch.OutOfMemoryError: resume code catches it as it catches
+  // torch's own. Never freed (the interpreter may outlive this module's statics).
+  static PyObject* oom = PyErr_NewException(
+      "zckpt._C.OutOfMemoryError", py::make_tuple(base, py::module_::import("torch").attr("OutOfMemoryError")).ptr(),
+      nullptr);
+  if (oom == nullptr) throw py::error_already_set();
+  m.attr("OutOfMemoryError") = py::handle(oom);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const zckpt::Error& e) {
-      PyObject* type = e.kind() == zckpt::ErrorKind::kCorrupt  ? corrupt.ptr()
-                       : e.kind() == zckpt::ErrorKind::kUnsafe ? unsafe.ptr()
-                                                               : base.ptr();
+      PyObject* type = e.kind() == zckpt::ErrorKind::kCorrupt       ? corrupt.ptr()
+                       : e.kind() == zckpt::ErrorKind::kUnsafe      ? unsafe.ptr()
+                       : e.kind() == zckpt::ErrorKind::kOutOfMemory ? oom
+                                                                    : base.ptr();
       PyErr_SetString(type, e.what());
     }
   });

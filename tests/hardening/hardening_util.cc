@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -90,6 +91,26 @@ void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned stora
   w.SetMetadata("zckpt.hardening.seed", std::to_string(seed));
   w.Commit();
 }
+
+uint64_t CopyWithCorruptMiddleChunk(const std::string& path, const std::string& out, uint64_t at, uint8_t mask) {
+  std::vector<uint8_t> bytes = testing::ReadFileBytes(path);
+  uint64_t victim;
+  {
+    auto c = Container::Open(path);
+    victim = c->chunk_count() / 2;
+    bytes[c->chunk(victim).offset + at] ^= mask;
+  }
+  testing::WriteFileBytes(out, bytes);
+  return victim;
+}
+
+CancelAfter::CancelAfter(std::atomic<bool>& flag, int us)
+    : thread_([&flag, us] {
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+        flag = true;
+      }) {}
+
+CancelAfter::~CancelAfter() { thread_.join(); }
 
 uint64_t DigestContainer(const Container& c) {
   uint64_t h = 0;

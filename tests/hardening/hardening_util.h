@@ -4,8 +4,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "zckpt/container.h"
@@ -19,6 +21,24 @@ namespace zckpt::hardening {
 // Deterministic for a given seed and options.
 void WriteSampleContainer(const std::string& path, uint64_t seed, unsigned storages = 12,
                           uint64_t max_storage_bytes = 1 << 20, int zstd_level = 3, uint64_t chunk_bytes = 4096);
+
+// Writes a copy of container `path` to `out` with one byte of its middle chunk's stored bytes
+// flipped (at `at`, by `mask`); returns that chunk's index. A checksum failure mid-stream.
+uint64_t CopyWithCorruptMiddleChunk(const std::string& path, const std::string& out, uint64_t at = 7,
+                                    uint8_t mask = 0x40);
+
+// Sets `flag` after `us` microseconds, from a thread of its own; joined on destruction. A cancel
+// arriving at any point of a load.
+class CancelAfter {
+ public:
+  CancelAfter(std::atomic<bool>& flag, int us);
+  ~CancelAfter();
+  CancelAfter(const CancelAfter&) = delete;
+  CancelAfter& operator=(const CancelAfter&) = delete;
+
+ private:
+  std::thread thread_;
+};
 
 // Digest of everything a reader gets from a container: every chunk decoded (with checks), every
 // blob, the tensor and storage records, the metadata. Throws what the reader throws.

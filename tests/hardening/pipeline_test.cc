@@ -155,30 +155,19 @@ TEST(LoaderPipeline, CancelStopsEveryThread) {
     o.slots = 2;
     o.slot_bytes = 16 << 10;
     o.cancel = &cancel;
-    std::thread canceller([&] {
-      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      cancel = true;
-    });
+    CancelAfter canceller(cancel, delay_us);
     try {
       loader::StreamChunks(*c, d, o, {});
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kCancelled) << e.what();
     }
-    canceller.join();
   }
 }
 
 TEST(LoaderPipeline, CorruptChunkStopsWithItsName) {
   Sample sample(4096, 0);
-  std::vector<uint8_t> bytes = testing::ReadFileBytes(sample.path);
-  uint64_t victim;
-  {
-    auto c = Container::Open(sample.path);
-    victim = c->chunk_count() / 2;
-    bytes[c->chunk(victim).offset + 7] ^= 0x40;
-  }
   const std::string bad_path = sample.dir.File("bad.zckpt");
-  testing::WriteFileBytes(bad_path, bytes);
+  uint64_t victim = CopyWithCorruptMiddleChunk(sample.path, bad_path);
   auto c = Container::Open(bad_path);
   for (ReadMethod method : {ReadMethod::kPread, ReadMethod::kMmap, ReadMethod::kDirect}) {
     for (unsigned threads : {1u, 4u}) {

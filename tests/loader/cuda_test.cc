@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 
 #include "loader_test_util.h"
 #include "test_util.h"
@@ -81,8 +82,35 @@ TEST_F(Cuda, DevicePeakIsTheDestination) {
   uint64_t rounding = 512 * f_.storages().size();
   EXPECT_LE(after.peak_allocated - before.allocated, destination + rounding + (64 << 10));
   EXPECT_GE(after.peak_allocated - before.allocated, destination);
-  // What the driver sees: the allocator's segments (2 MiB / 20 MiB granules) around the same.
+  // What the driver sees: the allocator's segments (2 MiB / 20 MiB granules) around the same,
+  // measured while the result is alive.
   EXPECT_LE(before.free - after.free, destination + 64 * (1 << 20));
+  EXPECT_LE(after.peak_reserved - before.reserved, destination + 64 * (1 << 20));
+}
+
+// A mixed-device load (a dict map_location, CPU storages in a mostly-CUDA file): the device
+// receives its own storages only, in the same pass; none is parked there and moved off later.
+TEST_F(Cuda, MixedDevicesEachStorageOnItsOwnDevice) {
+  LoadResult cpu = OnCpu();
+  std::map<std::string, c10::Device> where;
+  uint64_t cuda_bytes = 0;
+  size_t n = 0;
+  for (const auto& s : f_.storages()) {
+    bool on_cuda = n++ % 3 != 0;  // a third stays on the host, the 8 MiB embedding among them
+    where.emplace(s.key, on_cuda ? kCuda : c10::Device(c10::kCPU));
+    if (on_cuda) cuda_bytes += f_.bytes(s.key).size();
+  }
+  (void)Load(path_, kCuda);  // warm up torch's CUDA state
+  ResetDevicePeak(0);
+  DeviceMemory before = ReadDeviceMemory(0);
+  LoadResult r = LoadStorages(path_, where, c10::Device(c10::kCPU));
+  DeviceMemory after = ReadDeviceMemory(0);
+  EXPECT_LE(after.peak_allocated - before.allocated, cuda_bytes + 512 * f_.storages().size());
+  EXPECT_GE(after.peak_allocated - before.allocated, cuda_bytes);
+  for (const auto& [key, t] : r.storages_by_key) {
+    EXPECT_EQ(t.device(), where.at(key)) << key;
+    EXPECT_TRUE(testing::SameBytes(t.cpu(), cpu.storages_by_key.at(key))) << key;
+  }
 }
 
 TEST_F(Cuda, LoadIntoKeepsPointersAndAllocatesNothing) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "loader/tensors.h"
 #include "loader_test_util.h"
 #include "test_util.h"
 #include "zckpt/container.h"
@@ -154,6 +155,38 @@ TEST(Cancel, BeforeTheStart) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kCancelled);
+  }
+}
+
+// Running out of memory is an error of its own kind (Python: zckpt.OutOfMemoryError, a
+// torch.OutOfMemoryError), so resume code can tell it from a damaged file or an I/O error.
+TEST(OutOfMemory, TorchsOutOfMemoryErrorIsItsOwnKind) {
+  try {
+    loader::WithTorchErrors([]() -> int {
+      // What the CUDA caching allocator throws.
+      C10_THROW_ERROR(OutOfMemoryError, "CUDA out of memory. Tried to allocate 2.00 GiB");
+    });
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Tried to allocate 2.00 GiB"), std::string::npos) << e.what();
+  }
+  try {
+    loader::WithTorchErrors([]() -> int { TORCH_CHECK(false, "some other failure"); });
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+  }
+  EXPECT_STREQ(ErrorKindName(ErrorKind::kOutOfMemory), "out-of-memory");
+}
+
+TEST(OutOfMemory, HostAllocationFailureIsOutOfMemory) {
+  try {
+    (void)loader::AllocateBytes(uint64_t{1} << 52, kCpu);  // 4 PiB
+    FAIL() << "allocated 4 PiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(uint64_t{1} << 52)), std::string::npos) << e.what();
   }
 }
 

@@ -11,7 +11,8 @@ import zckpt
 from zckpt_testing import build_root
 
 PUBLIC = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
-          "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt"]
+          "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+          "OutOfMemoryError"]
 
 
 def test_public_api():

@@ -65,6 +65,8 @@ def child(kind, path, nbytes):
         torch.zeros(1, device="cuda")  # CUDA context outside the timing
         torch.cuda.reset_peak_memory_stats()
         dev_before = torch.cuda.memory_allocated()
+        reserved_before = torch.cuda.memory_reserved()
+        free_before = torch.cuda.mem_get_info()[0]
     keep = []
     touch = kind.endswith("_touch")
     kind = kind[: -len("_touch")] if touch else kind
@@ -128,8 +130,10 @@ def child(kind, path, nbytes):
     seconds = time.perf_counter() - t0
     out = {"seconds": seconds, "cpu_seconds": cpu_seconds() - cpu0, "rss_before": before,
            "rss_peak": host_memory()["VmHWM"]}
-    if cuda:
+    if cuda:  # read while `keep` (the result) is alive
         out["device_peak"] = torch.cuda.max_memory_allocated() - dev_before
+        out["device_reserved_peak"] = torch.cuda.max_memory_reserved() - reserved_before
+        out["device_used"] = free_before - torch.cuda.mem_get_info()[0]
     print(json.dumps(out))
 
 
@@ -183,6 +187,8 @@ def run_zckpt(zckpt, path, args):
          "rss_peak": d["rss_peak"]}
     if "device_peak_bytes" in d:
         r["device_peak"] = d["device_peak_bytes"]
+        r["device_reserved_peak"] = d["device_peak_reserved_delta"]
+        r["device_used"] = d["device_used_delta"]
     return r
 
 
@@ -256,19 +262,24 @@ def main():
     print(f"\n{nbytes / GIB:.2f} GiB of tensors, device {args.device}, best of {args.repeat}, page cache warm\n")
     head = f"{'':38} {'seconds':>8} {'GB/s':>7} {'x zckpt':>8} {'CPU s':>7} {'RSS peak +':>11}"
     if args.device == "cuda":
-        head += f" {'dev peak':>10}"
+        head += f" {'dev peak':>10} {'reserved':>10} {'dev used':>10}"
     print(head)
     for r in rows:
         gbps = r["bytes"] / r["seconds"] / 1e9
         delta = (r["rss_peak"] - r["rss_before"]) / 2**20
         line = f"{r['name']:38} {r['seconds']:8.3f} {gbps:7.2f} {r['seconds'] / ref[r['group']]:8.2f} {r['cpu_seconds']:7.3f} {delta:9.0f} MiB"
         if args.device == "cuda":
-            line += f" {r.get('device_peak', 0) / 2**20:7.0f} MiB"
+            for key in ("device_peak", "device_reserved_peak", "device_used"):
+                line += f" {r.get(key, 0) / 2**20:7.0f} MiB"
         print(line)
     print("\nx zckpt: seconds relative to zckpt's row of the group (load; map), above 1: slower.")
     print("CPU s: user+system seconds of all the process's threads during the load (on a shared,")
     print("  oversubscribed machine less noisy than wall time).")
     print("RSS peak +: VmHWM after the load minus VmRSS before it, read by the process itself.")
+    if args.device == "cuda":
+        print("dev peak: torch's peak allocated bytes over those before; reserved: the caching allocator's peak")
+        print("  segments over those before (what decides success on a nearly full card); dev used: how much")
+        print("  less cudaMemGetInfo reports free with the result alive.")
     if args.json:
         print(json.dumps(rows))
     if args.out:

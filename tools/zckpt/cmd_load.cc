@@ -30,7 +30,8 @@ constexpr const char* kHelp =
     "max(chunk, 8 MiB)), pinned for cuda, checking each chunk's XXH3 (--no-verify skips that),\n"
     "while the previous ones are copied to the device. Reports bytes, seconds, GB/s, the peak\n"
     "host RSS (VmHWM, and its growth over the RSS before the load) and, on cuda, the peak device\n"
-    "memory the load allocated.\n"
+    "memory the load allocated and reserved (torch's caching allocator) and how much less the\n"
+    "device has free (cudaMemGetInfo) while the result is alive.\n"
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
     "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
@@ -103,6 +104,7 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
   r->host_peak_reset = ResetHostPeak();
   r->before = ReadHostMemory();
   double cpu0 = CpuSeconds();
+  std::optional<LoadResult> loaded;  // alive until the device figures are read
   if (mode == Mode::kMap) {
     MapOptions map;
     map.allow_globals = options.allow_globals;
@@ -116,8 +118,8 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
     LoadIntoReport rep = LoadInto(path, targets, o);
     r->stats = rep.stats;
   } else {
-    LoadResult res = Load(path, device, options);
-    r->stats = res.stats;
+    loaded = Load(path, device, options);
+    r->stats = loaded->stats;
   }
   if (mode != Mode::kMap) {
     r->seconds = r->stats.seconds;
@@ -147,7 +149,9 @@ void PrintJson(const std::string& path, const Report& r) {
   if (r.cuda_index >= 0) {
     jw.Key("device_peak_bytes").UInt(Delta(r.device_after.peak_allocated, r.device_before.allocated));
     jw.Key("device_reserved_delta").UInt(Delta(r.device_after.reserved, r.device_before.reserved));
+    jw.Key("device_peak_reserved_delta").UInt(Delta(r.device_after.peak_reserved, r.device_before.reserved));
     jw.Key("device_used_delta").UInt(Delta(r.device_before.free, r.device_after.free));
+    jw.Key("device_free_after").UInt(r.device_after.free);
   }
   jw.EndObject();
   std::printf("%s\n", jw.str().c_str());
@@ -169,9 +173,12 @@ void PrintText(const std::string& path, const Report& r) {
               FormatBytes(Delta(r.after.peak, r.before.rss)).c_str(), FormatBytes(r.before.rss).c_str(),
               r.host_peak_reset ? "" : " [peak not resettable here: includes earlier use]");
   if (r.cuda_index >= 0)
-    std::printf("  device cuda:%d: peak %s allocated by the load, %s more in use (cudaMemGetInfo)\n", r.cuda_index,
-                FormatBytes(Delta(r.device_after.peak_allocated, r.device_before.allocated)).c_str(),
-                FormatBytes(Delta(r.device_before.free, r.device_after.free)).c_str());
+    std::printf("  device cuda:%d: peak %s allocated by the load, peak %s reserved (caching allocator), %s more in "
+                "use with the result alive (cudaMemGetInfo; %s free)\n",
+                r.cuda_index, FormatBytes(Delta(r.device_after.peak_allocated, r.device_before.allocated)).c_str(),
+                FormatBytes(Delta(r.device_after.peak_reserved, r.device_before.reserved)).c_str(),
+                FormatBytes(Delta(r.device_before.free, r.device_after.free)).c_str(),
+                FormatBytes(r.device_after.free).c_str());
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ _check_torch()  # before _C loads: a torch of another major.minor or flavour is 
 
 from ._api import (  # noqa: F401
     CorruptError,
+    OutOfMemoryError,
     UnsafeError,
     ZckptError,
     convert,
@@ -40,4 +41,5 @@ from ._patch import patch_torch_load, torch_load_from_zckpt, unpatch_torch_load 
 from ._save import AsyncSaver, async_save, save  # noqa: F401
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
-           "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt"]
+           "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+           "OutOfMemoryError"]

@@ -12,6 +12,7 @@ from ._targets import optimizer_tensors, resolve
 ZckptError = _C.ZckptError
 CorruptError = _C.CorruptError
 UnsafeError = _C.UnsafeError
+OutOfMemoryError = _C.OutOfMemoryError  # also a torch.OutOfMemoryError
 
 
 def _path(f):
