@@ -1,24 +1,33 @@
 #include "test_util.h"
 
+#include <dirent.h>
+#include <ftw.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 
 namespace zckpt::testing {
 
-namespace fs = std::filesystem;
-
+// POSIX calls, not std::filesystem: torch 2.11's libtorch exports its own copy of
+// std::filesystem, which the loader suites' calls bind to (libtorch comes before libstdc++ in
+// their lookup order) and which crashes in remove_all.
 namespace {
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : fallback;
+}
+
+int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
+  (void)::remove(path);
+  return 0;
 }
 }  // namespace
 
@@ -31,8 +40,8 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
+  // Depth first, not following symlinks; keeps going past entries it cannot remove.
+  (void)nftw(path_.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {
@@ -48,14 +57,17 @@ void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes) 
 }
 
 bool FileExists(const std::string& path) {
-  std::error_code ec;
-  return fs::exists(path, ec);
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 std::vector<std::string> ListDir(const std::string& path) {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(path, ec)) names.push_back(e.path().filename().string());
+  if (DIR* d = opendir(path.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (std::string name = e->d_name; name != "." && name != "..") names.push_back(name);
+    closedir(d);
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
