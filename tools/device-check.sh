@@ -97,6 +97,15 @@ export PKG_CONFIG_PATH="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share
 # LD_LIBRARY_PATH (it would hand the carried libraries to torch and Python as well).
 export LDFLAGS="-Wl,-rpath,$DEPS/usr/lib/x86_64-linux-gnu -Wl,-rpath,$DEPS/lib/x86_64-linux-gnu${LDFLAGS:+ $LDFLAGS}"
 
+# meson and ninja as pip installs them, should they not be on PATH.
+if ! command -v meson >/dev/null && "$PY" -c 'import mesonbuild' 2>/dev/null; then
+  printf '#!/bin/sh\nexec "%s" -m mesonbuild.mesonmain "$@"\n' "$(command -v "$PY")" > "$WORK/bin/meson"
+  chmod +x "$WORK/bin/meson"
+fi
+NINJA_DIR=$("$PY" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null)
+command -v ninja >/dev/null || { [ -n "$NINJA_DIR" ] && ln -sf "$NINJA_DIR/ninja" "$WORK/bin/ninja"; }
+export PATH="$PATH:$WORK/bin"
+
 # --- host -----------------------------------------------------------------------------------------
 printf '=== host (%s)\n' "$(date +%T)"
 { uname -a; nproc; free -g | head -2; df -h /tmp "$SRC" | tail -n +2

@@ -61,9 +61,10 @@ class Report:
         print(f"[oom] {name}: {json.dumps(outcome, default=str)}", flush=True)
 
     def least(self, name, outcome):
-        self.data["least_free"][name] = outcome
+        self.data["least_free"][name] = outcome  # every try is in the JSON
         self.write()
-        print(f"[oom] least free, {name}: {json.dumps(outcome, default=str)}", flush=True)
+        brief = {k: outcome.get(k) for k in ("least", "most_failing", "seconds")}
+        print(f"[oom] least free, {name}: {json.dumps(brief, default=str)} after {len(outcome['tries'])} tries", flush=True)
 
 
 class Card:

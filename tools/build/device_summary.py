@@ -95,7 +95,7 @@ def main():
     if tests:
         summary["tests"] = tests
     carried = [line for step in ("carried-flags", "carried-built", "carried-tests")
-               for line in tail(os.path.join(args.logs, step + ".log"), 1)]
+               for line in tail(os.path.join(args.logs, step + ".log"), 1) if line.startswith("carried:")]
     if carried:
         summary["carried"] = carried
     tmp = args.out + ".tmp"
