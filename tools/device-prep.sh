@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Prepares what the GPU host lacks (it has no network, no pkg-config and no zstd, xxHash,
 # GoogleTest or nlohmann_json development files): Debian's packages of those (and zlib's, and
-# pkgconf itself),
-# downloaded here with `apt-get download` and unpacked with `dpkg -x` into .device-deps/root
-# (git-ignored), to be carried to the device with the working tree:
+# pkgconf itself), downloaded here with `apt-get download` and unpacked with `dpkg -x` into
+# .device-deps/root (git-ignored), to be carried to the device with the working tree:
 #   tools/device-prep.sh
 #   run(command="bash tools/device-check.sh", carry=[".device-deps"])
 #
@@ -38,12 +37,12 @@ for d, dirs, files in os.walk(root):
             os.unlink(p)
             os.symlink(os.path.relpath(target, d), p)
 # Every /usr (and /lib) path of a .pc file, relative to the file: ${pcfiledir}/../../..
-HOST = re.compile(r"(?<![\w/}.-])(/usr|/lib)(?=[/\s]|$)")
+HOST = re.compile(r"(^|[\s=]|-I|-L)(/usr|/lib)(?=[/\s]|$)", re.M)  # nlohmann_json.pc: Cflags: -I/usr/include
 pcs = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".pc")]
 for pc in pcs:
     up = os.path.relpath(root, os.path.dirname(pc))
     text = open(pc).read()
-    new = HOST.sub(lambda m: "${pcfiledir}/" + up + m.group(1), text)
+    new = HOST.sub(lambda m: m.group(1) + "${pcfiledir}/" + up + m.group(2), text)
     # Debian's libzstd.pc says libdir=${exec_prefix}/lib, but the library is in the multiarch
     # folder beside pkgconfig/: on a host without its own copy, -lzstd would find nothing.
     libs = re.findall(r"-l(\S+)", "".join(l for l in new.splitlines(True) if l.startswith("Libs:")))
