@@ -14,9 +14,11 @@
 #   carried-built  the headers really included and the libraries really loaded are the carried
 #   oom-repro      tools/bench/oom_repro.py: torch.load must OOM, zckpt in place must succeed,
 #                  bit-identical; the least free memory each method needs (bisection)
-#   build-tests    the loader and simulator suites (ninja -k 0: one broken target costs only itself)
+#   build-tests    the loader, save and simulator suites (ninja -k 0: one broken target costs only
+#                  itself)
 #   carried-tests  as carried-built, with GoogleTest's headers and libraries now in use
-#   tests          meson test --suite loader --suite cudasim, then pytest tests/python/test_oom.py
+#   tests          loader_cuda first, then the loader, save and cudasim suites, then pytest
+#                  tests/python/test_oom.py
 #   gpu-bench      tools/bench/bench_load.py --device cuda
 # Every step has a time budget, cut to what is left of ZCKPT_DEVICE_SECONDS (default 540) so the
 # script ends, with its results written, inside the tool's 600 s. After every step it rewrites
@@ -147,7 +149,7 @@ else
     mapfile -t TEST_TARGETS < <(meson introspect --targets "$BUILD" | "$PY" -c '
 import json, os, sys
 for t in json.load(sys.stdin):
-    if t["type"] == "executable" and (t["name"].startswith("loader_") or t["name"] == "cudasim_engine"):
+    if t["type"] == "executable" and (t["name"].startswith("loader_") or t["name"] in ("cudasim_engine", "save_test")):
         print(os.path.relpath(t["filename"][0], sys.argv[1]))' "$BUILD")
     run_step build-tests 150 ninja -C "$BUILD" -k 0 -j "$JOBS" "${TEST_TARGETS[@]}"
     run_step carried-tests 30 "$PY" tools/build/check_carried.py "$BUILD" "$DEPS" --built  # gtest's headers now
@@ -155,7 +157,7 @@ for t in json.load(sys.stdin):
     mapfile -t OTHER_TESTS < <(meson introspect --tests "$BUILD" | "$PY" -c '
 import json, sys
 for t in json.load(sys.stdin):
-    if any(s.split(":")[-1] in ("loader", "cudasim") for s in t["suite"]) and t["name"] != "loader_cuda":
+    if any(s.split(":")[-1] in ("loader", "cudasim", "save") for s in t["suite"]) and t["name"] != "loader_cuda":
         print(t["name"])')
     run_step tests 120 bash -c '
       build=$1 logs=$2 py=$3; shift 3
@@ -163,7 +165,7 @@ for t in json.load(sys.stdin):
       meson test -C "$build" --no-rebuild --print-errorlogs loader_cuda || status=1
       cp "$build/meson-logs/testlog.junit.xml" "$logs/loader-cuda.junit.xml"
       meson test -C "$build" --no-rebuild --print-errorlogs --num-processes "$(nproc)" "$@" || status=1
-      cp "$build/meson-logs/testlog.junit.xml" "$logs/loader-cudasim.junit.xml"
+      cp "$build/meson-logs/testlog.junit.xml" "$logs/loader-save-cudasim.junit.xml"
       ZCKPT_BIN=$PWD/$build/tools/zckpt ZCKPT_BUILD_ROOT=$PWD/$build PYTHONPATH=$PWD/$build/src/python \
         "$py" -m pytest -q -p no:cacheprovider tests/python/test_oom.py --junitxml="$logs/pytest-oom.junit.xml" || status=1
       exit $status' _ "$BUILD" "$LOGS" "$PY" "${OTHER_TESTS[@]}"
