@@ -18,7 +18,8 @@
 #                  itself)
 #   carried-tests  as carried-built, with GoogleTest's headers and libraries now in use
 #   tests          loader_cuda first, then the loader, save and cudasim suites, then pytest
-#                  tests/python/test_oom.py
+#                  tests/python/test_oom.py and every Python case that puts tensors on a device
+#                  (-k cuda: test_load_into, test_map_location, test_save, test_dcp)
 #   gpu-bench      tools/bench/bench_load.py --device cuda
 # Every step has a time budget, cut to what is left of ZCKPT_DEVICE_SECONDS (default 540) so the
 # script ends, with its results written, inside the tool's 600 s. After every step it rewrites
@@ -168,6 +169,11 @@ for t in json.load(sys.stdin):
       cp "$build/meson-logs/testlog.junit.xml" "$logs/loader-save-cudasim.junit.xml"
       ZCKPT_BIN=$PWD/$build/tools/zckpt ZCKPT_BUILD_ROOT=$PWD/$build PYTHONPATH=$PWD/$build/src/python \
         "$py" -m pytest -q -p no:cacheprovider tests/python/test_oom.py --junitxml="$logs/pytest-oom.junit.xml" || status=1
+      # Every Python case that puts tensors on a device: LoadInto, map_location, save (its CUDA
+      # ring), DCP save/load (LoadRegions into CUDA targets).
+      ZCKPT_BIN=$PWD/$build/tools/zckpt ZCKPT_BUILD_ROOT=$PWD/$build PYTHONPATH=$PWD/$build/src/python \
+        "$py" -m pytest -q -p no:cacheprovider -k cuda tests/python/test_load_into.py tests/python/test_map_location.py \
+        tests/python/test_save.py tests/python/test_dcp.py --junitxml="$logs/pytest-cuda.junit.xml" || status=1
       exit $status' _ "$BUILD" "$LOGS" "$PY" "${OTHER_TESTS[@]}"
   else
     for s in build-tests carried-tests tests; do skip_step "$s" "configure failed"; done

@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
+#include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
 
 namespace zckpt {
@@ -132,6 +133,38 @@ TEST_F(Cuda, LoadIntoKeepsPointersAndAllocatesNothing) {
   EXPECT_EQ(r.tensors_staged, 1u);  // flat.t: transposed view
   // Direct tensors take nothing; the staged one may take its own size for copy_.
   EXPECT_LE(after.peak_allocated - before.allocated, 300u * 100 * 4 + 512);
+}
+
+// What a DCP reader (zckpt/dcp.py) asks of a GPU rank: boxes of saved tensors into CUDA targets.
+// A row box is streamed straight in from mid-chunk; a column box and a box of a transposed view
+// go through a host buffer and copy_() (a host-to-device copy); one target is not contiguous.
+TEST_F(Cuda, LoadRegionsFillsBoxesOfCudaTargets) {
+  LoadResult cpu = OnCpu();
+  const at::Tensor embed = cpu.get("embed"), flat_t = cpu.get("flat.t");
+  auto on_cuda = [](const at::Tensor& like) { return at::zeros(like.sizes(), like.options().device(kCuda)); };
+  at::Tensor rows = on_cuda(embed.narrow(0, 1000, 2000));
+  at::Tensor cols = on_cuda(embed.narrow(1, 100, 512));
+  at::Tensor box_t = on_cuda(flat_t.narrow(0, 10, 50).narrow(1, 20, 200));
+  at::Tensor strided = on_cuda(embed.narrow(0, 7, 300).narrow(1, 3, 40).t()).t();  // column-major target
+  std::vector<Region> regions = {{"embed", {1000, 0}, {2000, 1024}, rows},
+                                 {"embed", {0, 100}, {4096, 512}, cols},
+                                 {"flat.t", {10, 20}, {50, 200}, box_t},
+                                 {"embed", {7, 3}, {300, 40}, strided}};
+  for (unsigned slots : {1u, 3u}) {
+    for (const Region& r : regions) r.target.zero_();
+    LoadOptions o;
+    o.slot_bytes = 128 << 10;
+    o.slots = slots;
+    o.reader_threads = 3;
+    LoadRegionsReport rep = LoadRegions(path_, regions, o);
+    EXPECT_EQ(rep.regions, 4u);
+    EXPECT_EQ(rep.direct, 1u);  // the row box
+    EXPECT_EQ(rep.staged, 3u);
+    EXPECT_TRUE(testing::SameBytes(rows.cpu(), embed.narrow(0, 1000, 2000).contiguous()));
+    EXPECT_TRUE(testing::SameBytes(cols.cpu(), embed.narrow(1, 100, 512).contiguous()));
+    EXPECT_TRUE(testing::SameBytes(box_t.cpu(), flat_t.narrow(0, 10, 50).narrow(1, 20, 200).contiguous()));
+    EXPECT_TRUE(testing::SameBytes(strided.cpu().contiguous(), embed.narrow(0, 7, 300).narrow(1, 3, 40).contiguous()));
+  }
 }
 
 TEST_F(Cuda, CorruptChunkStopsCleanly) {

@@ -238,3 +238,28 @@ def test_metadata_and_bytes_items_are_vetted_before_python_unpickles_them(group,
     with pytest.raises(CheckpointException, match="refused global"):
         dcp.load(state, storage_reader=zckpt.dcp.ZckptStorageReader(evil), no_dist=True)
     assert not marker.exists()
+
+
+def test_cuda_state_dict_saves_and_loads_in_place_on_the_device(tmp_path, needs_cuda):
+    """A GPU rank's DCP save and resume: tensors on the device are copied out in pieces
+    (ZckptStorageWriter), and loaded straight into the state dict's CUDA tensors through
+    LoadRegions (ZckptStorageReader): the same device memory, the same bytes."""
+    import torch.distributed.checkpoint as dcp
+
+    g = torch.Generator().manual_seed(5)
+    cpu = {"w": torch.randn(1024, 3000, generator=g),  # 12 MiB: several chunks, more than one ring slot
+           "h": torch.randn(64, 48, generator=g).to(torch.bfloat16),
+           "t": torch.randn(300, 200, generator=g).t(),  # a transposed view: saved contiguous, loaded staged
+           "step": torch.tensor(7)}
+    state = {k: v.cuda() for k, v in cpu.items()}
+    folder = tmp_path / "ckpt"
+    dcp.save(state, storage_writer=zckpt.dcp.ZckptStorageWriter(folder, chunk_bytes=1 << 20), no_dist=True)
+    back = {k: torch.zeros_like(v) for k, v in state.items()}  # "t": a column-major target
+    assert not back["t"].is_contiguous()
+    ptrs = {k: v.data_ptr() for k, v in back.items()}
+    reader = zckpt.dcp.ZckptStorageReader(folder)
+    dcp.load(back, storage_reader=reader, no_dist=True)
+    assert reader.last_read["regions"] == len(cpu)
+    for k, ref in cpu.items():
+        assert back[k].is_cuda and back[k].data_ptr() == ptrs[k], k
+        assert torch.equal(back[k].cpu(), ref), k
