@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "zckpt/dtype.h"
 
@@ -112,6 +114,16 @@ size_t ThreadCount() {
   while (dirent* e = readdir(d))
     if (e->d_name[0] != '.') ++n;
   closedir(d);
+  return n;
+}
+
+size_t ThreadCountSettled(size_t expected) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  size_t n = ThreadCount();
+  while (n > expected && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = ThreadCount();
+  }
   return n;
 }
 

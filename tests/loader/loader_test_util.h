@@ -56,5 +56,10 @@ bool SameBytes(const at::Tensor& a, const at::Tensor& b);
 void FlipBit(const std::string& path, uint64_t offset);
 // Threads of this process (/proc/self/task).
 size_t ThreadCount();
+// ThreadCount() once it has dropped to `expected` or 2 s have passed. A thread is still listed
+// for a moment after pthread_join returns (the kernel wakes the joiner when the thread clears its
+// id, before the task is reaped): on a loaded machine a count taken right away sees it. A thread
+// never joined stays listed, and the count stays above `expected`.
+size_t ThreadCountSettled(size_t expected);
 
 }  // namespace zckpt::testing
