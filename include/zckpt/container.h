@@ -1,5 +1,13 @@
-// Reading a .zckpt container: a memory mapping validated as a whole at open (spec §7), then
-// infallible accessors that decode records in place, plus chunk decoding and verification.
+// Reading a .zckpt container: the index copied into private memory and validated as a whole at
+// open (spec §7), then infallible accessors that decode records from that copy, plus chunk
+// decoding and verification.
+//
+// Another process may rewrite or truncate the file while it is read. Nothing here trusts the file
+// twice: the superblock, footer and index are read once (pread) into memory of the Container's
+// own, validated there, and every later bound (a chunk's offset and sizes, a tensor's shape and
+// offset, a storage's extent) comes from that copy. Data bytes are read with pread into the
+// caller's (or a private) buffer and checked there, so what is checked is what is delivered, and
+// a file that shrank gives Error(kIo) naming it, never a SIGBUS.
 #pragma once
 
 #include <atomic>
@@ -20,7 +28,8 @@ namespace zckpt {
 
 class MappedFile;
 
-// A tensor record with its strings and dims resolved (views into the mapping).
+// A tensor record with its strings and dims resolved (string views into the Container's private
+// copy of the index: valid as long as the Container).
 struct TensorInfo {
   uint32_t index = 0;
   std::string_view name;
@@ -94,7 +103,14 @@ class Container {
   const format::Superblock& superblock() const { return superblock_; }
   const format::Footer& footer() const { return footer_; }
   const MappedFile& file() const { return *file_; }
+  // The file as mapped at open. No check of zckpt reads it (checks read through file().ReadAt
+  // into private memory): another process may rewrite these bytes, or truncate the file so that
+  // touching them raises SIGBUS. For zero-copy views whose user accepts that (the loader's mmap
+  // method copies out of it with GuardedCopy; tests).
   const uint8_t* data() const;
+  // The private copy of the index the accessors decode (index_bytes() long, then the padding
+  // before the footer).
+  std::span<const uint8_t> index() const { return {index_.data(), index_.size()}; }
 
   uint32_t storage_count() const { return static_cast<uint32_t>(storages_.count); }
   uint64_t chunk_count() const { return chunks_.count; }
@@ -115,18 +131,17 @@ class Container {
   // Tensors viewing storage `s`, in table order (for error messages and loaders).
   std::vector<uint32_t> TensorsOfStorage(uint32_t s) const;
 
-  // Stored bytes of a chunk / bytes of a blob, as views into the mapping (not checked).
-  std::span<const uint8_t> ChunkStored(uint64_t i) const;
-  std::span<const uint8_t> BlobBytes(const BlobInfo& b) const;
-  // The bytes of blob `b` after checking them against its XXH3: Error(kCorrupt) naming the file
-  // and the blob when they differ.
-  std::span<const uint8_t> CheckedBlobBytes(const BlobInfo& b) const;
-  // Raw bytes of a contiguous storage (all chunks codec 0); empty span otherwise.
-  std::span<const uint8_t> StorageBytes(uint32_t s) const;
+  // A copy of the bytes of blob `b`, checked against its XXH3 (the copy is what was hashed):
+  // Error(kCorrupt) naming the file and the blob when they differ, Error(kIo) when the file
+  // shrank.
+  std::vector<uint8_t> CheckedBlobBytes(const BlobInfo& b) const;
 
-  // Decodes chunk i into dst (exactly chunk(i).raw_bytes bytes). With `check`, verifies the
-  // stored checksum (and the raw one for zstd) and throws Error(kCorrupt) with a message from
-  // DescribeChunk on mismatch or a bad zstd frame.
+  // Reads chunk i into dst (exactly chunk(i).raw_bytes bytes, sizes from the private index). A raw
+  // chunk is read straight into dst and, with `check`, hashed there; a zstd chunk's stored bytes
+  // are read into a per-thread buffer, hashed there (with `check`) and decoded from it into dst,
+  // the decoder bounded by raw_bytes. With `check` the stored checksum (and the raw one for zstd)
+  // must match: Error(kCorrupt) with a message from DescribeChunk otherwise, or on a bad zstd frame
+  // (always checked whole). Error(kIo) when the file shrank.
   void ReadChunk(uint64_t i, void* dst, bool check = true) const;
   // "FILE: storage 'KEY' (tensors a.weight, b.bias), chunk I, file bytes [X, Y), storage bytes [P, Q)"
   // I is the index in the chunk table; the list names at most 8 tensors ("..., and N more"),
@@ -134,13 +149,15 @@ class Container {
   std::string DescribeChunk(uint64_t i) const;
 
   // Everything spec §7 "Verification" lists, in parallel; collects every problem (each bad chunk,
-  // each bad blob, each gap holding a nonzero byte), sorted by file offset. Throws only
-  // Error(kCancelled) (or std::bad_alloc); a damaged data region is reported, not thrown.
+  // each bad blob, each gap holding a nonzero byte), sorted by file offset. The data region is
+  // read with pread into per-thread buffers; a chunk's checksum and its zstd decoder read the same
+  // copy. Throws Error(kCancelled), Error(kIo) when the file shrank or a read failed (or
+  // std::bad_alloc); a damaged data region is reported, not thrown.
   VerifyReport Verify(const VerifyOptions& options = {}) const;
 
  private:
   struct Table {
-    uint64_t offset = 0;  // absolute file offset
+    uint64_t offset = 0;  // offset in index_ (relative to index_offset)
     uint64_t count = 0;
     uint32_t record_bytes = 0;
   };
@@ -157,11 +174,13 @@ class Container {
   void BuildLookups();
   [[noreturn]] void Fail(ErrorKind kind, const std::string& what) const;
 
-  const uint8_t* Record(const Table& t, uint64_t i) const;
+  const uint8_t* Record(const Table& t, uint64_t i) const;  // into index_
   std::string_view String(format::StringRef ref) const;
   int64_t Dim(uint64_t i) const;
 
   std::unique_ptr<MappedFile> file_;
+  // [index_offset, footer) read once at open: every record, string and dim comes from here.
+  std::vector<uint8_t> index_;
   format::Superblock superblock_;
   format::Footer footer_;
   Table storages_, chunks_, tensors_, dims_, blobs_, metadata_, strings_;

@@ -15,7 +15,8 @@ namespace zckpt {
 enum class ReadMethod {
   kAuto,    // pread (measured fastest here for both the CPU and the pinned-ring path)
   kPread,   // pread(2) from a plain descriptor: page cache, no mapping to release
-  kMmap,    // memcpy from the container's mapping, pages released behind the stream
+  kMmap,    // memcpy from the container's mapping, pages released behind the stream; a SIGBUS
+            // from a file truncated meanwhile becomes Error(kIo) (common/fault_guard.h)
   kDirect,  // O_DIRECT pread into 4 KiB-aligned ring slots (bypasses the page cache); falls back
             // to kPread where the filesystem refuses O_DIRECT (tmpfs); stats.method says which
 };

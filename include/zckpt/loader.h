@@ -11,7 +11,9 @@
 // device. A load to cuda:N leaves the caller's current device as torch's device guard does.
 //
 // Every function throws zckpt::Error:
-//   kIo            cannot open/read the file, a CUDA or torch call failed (its message)
+//   kIo            cannot open/read the file (not a regular file; it shrank while being read,
+//                  e.g. truncated by another process: "FILE: the file changed size while being
+//                  read ..."), a CUDA or torch call failed (its message)
 //   kNotContainer, kUnsupported   as Container::Open; kUnsupported also for a dtype this torch
 //                  lacks, a quantized tensor (use LoadStorages + torch's unpickler), or a CUDA
 //                  device in a build without CUDA
@@ -177,8 +179,14 @@ struct MapResult : TensorSet {
 // by the tensors' deleters: O(number of tensors), no data read, writes never reach the file.
 // Storages with zstd chunks cannot alias the file: they are decoded (and checked) into owned
 // memory. Uncompressed bytes are not checked (that would read them): run Container::Verify or
-// `zckpt verify` for that. The index is validated as by Container::Open, and the object pickle
-// is read and checked against it as by Load.
+// `zckpt verify` for that. The index is validated as by Container::Open (into private memory:
+// shapes, strides and offsets cannot change after Map returns), and the object pickle is read and
+// checked against it as by Load.
+// The mapped views have torch.load(mmap=True)'s semantics, not Load's: they read the file when
+// touched, so bytes another process rewrites in place later show through (until a page is
+// written to), and touching a page after another process truncated the file raises SIGBUS, which
+// kills the process unless it handles the signal. Load/LoadInto/LoadStorages (every read method)
+// end such a race with Error(kIo) naming the file instead.
 MapResult Map(const std::string& path, const MapOptions& options = {});
 // The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
 MapResult MapStorages(const std::string& path);

@@ -14,14 +14,10 @@ namespace zckpt {
 
 namespace {
 
-[[noreturn]] void ThrowErrno(const std::string& what, const std::string& path) {
-  throw Error(ErrorKind::kIo, what + " " + path + ": " + std::strerror(errno));
-}
-
 void Advise(const uint8_t* base, size_t size, uint64_t offset, uint64_t len, int advice) {
   if (base == nullptr || offset >= size || len == 0) return;
   static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t end = offset + len > size ? size : offset + len;
+  uint64_t end = len > size - offset ? size : offset + len;
   uint64_t start = offset / page * page;
   // MADV_DONTNEED on a partial trailing page would drop bytes still needed; round the end down
   // for it, up for the read-ahead hints.
@@ -33,32 +29,20 @@ void Advise(const uint8_t* base, size_t size, uint64_t offset, uint64_t len, int
 
 }  // namespace
 
+std::string FileShrankMessage(const std::string& path, uint64_t begin, uint64_t end) {
+  return path + ": the file changed size while being read (truncated by another process?): file bytes [" +
+         std::to_string(begin) + ", " + std::to_string(end) + ") are gone";
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path), owned_(true) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ThrowErrno("cannot open", path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int saved = errno;
-    ::close(fd);
-    errno = saved;
-    ThrowErrno("cannot stat", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorKind::kIo, "not a regular file: " + path);
-  }
+  fd_ = OpenRegularFile(path, &st);
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
-    void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int saved = errno;
-      ::close(fd);
-      errno = saved;
-      ThrowErrno("cannot mmap", path);
-    }
+    void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_.get(), 0);
+    if (p == MAP_FAILED) throw Error(ErrorKind::kIo, "cannot mmap " + path + ": " + std::strerror(errno));
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::MappedFile(const void* data, size_t size, std::string name)
@@ -68,8 +52,30 @@ MappedFile::~MappedFile() {
   if (owned_ && data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::ReadAt(uint64_t offset, uint64_t n, void* dst) const {
+  if (n == 0) return;
+  if (offset > size_ || n > size_ - offset) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset, offset + n));
+  if (!owned_) {
+    std::memcpy(dst, data_ + offset, n);
+    return;
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t done = 0; done < n;) {
+    ssize_t got = ::pread(fd_.get(), out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error(ErrorKind::kIo, "cannot read " + path_ + " at " + std::to_string(offset + done) + ": " +
+                                      std::strerror(errno));
+    }
+    if (got == 0) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset + done, offset + n));
+    done += static_cast<uint64_t>(got);
+  }
+}
+
 void MappedFile::AdviseSequential(uint64_t offset, uint64_t len) const {
-  if (owned_) Advise(data_, size_, offset, len, MADV_SEQUENTIAL);
+  if (!owned_) return;
+  Advise(data_, size_, offset, len, MADV_SEQUENTIAL);
+  (void)posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_SEQUENTIAL);
 }
 void MappedFile::AdviseWillNeed(uint64_t offset, uint64_t len) const {
   if (owned_) Advise(data_, size_, offset, len, MADV_WILLNEED);

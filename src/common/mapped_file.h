@@ -1,20 +1,28 @@
-// A read-only memory mapping of a whole file.
+// A read-only file: its descriptor for checked reads, and a memory mapping of all of it.
 //
-// Every reader in zckpt (container, .pt archive) works on a mapping rather than on buffers it
-// fills: a 34 GiB shard must be readable on a machine with less RAM than that, and the kernel
-// can drop clean mapped pages under pressure where it could not drop our heap copies.
+// Two ways in, for two kinds of reader:
+// - ReadAt (pread): what every check reads through. The bytes land in the caller's memory, so a
+//   value that was checked cannot change afterwards, and a file that shrank since it was opened
+//   gives a short read, hence an Error naming the file, never a SIGBUS.
+// - data() (the mapping): zero-copy views of bytes nobody checks again (a .pt's storages while
+//   converting, `Map`'s tensors, the loader's mmap method). Another process may rewrite those
+//   bytes, or truncate the file so that touching them raises SIGBUS: a reader of the mapping
+//   either accepts that (and says so) or copies through GuardedCopy (common/fault_guard.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/open_file.h"
+
 namespace zckpt {
 
 class MappedFile {
  public:
-  // Maps `path` read-only (MAP_PRIVATE, so a caller may ask for a copy-on-write view later).
-  // Throws Error(kIo) naming the path on failure. An empty file maps to data()==nullptr, size 0.
+  // Opens `path` with OpenRegularFile (never blocks: a FIFO or device is refused) and maps it
+  // read-only (MAP_PRIVATE). Throws Error(kIo) naming the path on failure. An empty file maps to
+  // data()==nullptr, size 0.
   explicit MappedFile(const std::string& path);
   // Wraps caller-owned memory (tests, fuzzers); nothing is unmapped on destruction.
   MappedFile(const void* data, size_t size, std::string name);
@@ -23,16 +31,23 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
+  size_t size() const { return size_; }  // when opened
   const std::string& path() const { return path_; }
   bool owns_mapping() const { return owned_; }
+  int fd() const { return fd_.get(); }  // -1 for caller-owned memory
+
+  // Copies [offset, offset+n) into dst (pread, or memcpy for caller-owned memory). Throws
+  // Error(kIo) naming the file and the byte range when the range is past size() or when fewer
+  // bytes come back (the file shrank since it was opened), or on a read error.
+  void ReadAt(uint64_t offset, uint64_t n, void* dst) const;
 
   // Tells the kernel how [offset, offset+len) will be used (MADV_SEQUENTIAL / MADV_WILLNEED /
-  // MADV_DONTNEED). Offsets are rounded out to pages; errors are ignored (advice only).
+  // MADV_DONTNEED for the mapping; SEQUENTIAL also as posix_fadvise for ReadAt). Offsets are
+  // rounded out to pages; errors are ignored (advice only).
   void AdviseSequential(uint64_t offset, uint64_t len) const;
   void AdviseWillNeed(uint64_t offset, uint64_t len) const;
-  // Drops the pages of a range that has been consumed, so a streaming pass keeps its resident
-  // set bounded by what is in flight rather than by the file size.
+  // Drops the mapped pages of a range that has been consumed, so a streaming pass over the
+  // mapping keeps its resident set bounded by what is in flight rather than by the file size.
   void Release(uint64_t offset, uint64_t len) const;
 
  private:
@@ -40,6 +55,11 @@ class MappedFile {
   size_t size_ = 0;
   std::string path_;
   bool owned_ = false;
+  FileDescriptor fd_;
 };
+
+// "PATH: the file changed size while being read (truncated by another process?): file bytes
+// [BEGIN, END) are gone" -- the one message for a file that shrank under a reader.
+std::string FileShrankMessage(const std::string& path, uint64_t begin, uint64_t end);
 
 }  // namespace zckpt

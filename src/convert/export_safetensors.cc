@@ -61,7 +61,7 @@ bool IsContiguous(const TensorInfo& t) {
 // otherwise there.)
 void ExportKeptHeader(const Container& c, const std::string& destination) {
   const std::string named_by = "metadata '" + std::string(kKeyFormat) + "' = safetensors";
-  std::span<const uint8_t> json = CheckedBlob(c, kSafetensorsHeaderBlob, named_by);
+  std::vector<uint8_t> json = CheckedBlob(c, kSafetensorsHeaderBlob, named_by);
   safetensors::Header h = safetensors::ParseHeaderJson(json, std::nullopt, c.path() + " (kept header)");
   if (h.tensors.size() != c.storage_count() || h.tensors.size() != c.tensor_count())
     throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: the kept safetensors header names " + std::to_string(h.tensors.size()) +

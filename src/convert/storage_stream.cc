@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "common/mapped_file.h"
 
 namespace zckpt::convert {
 
@@ -21,14 +20,11 @@ void StreamStorageRange(const Container& c, uint32_t s, uint64_t begin, uint64_t
     uint64_t i = info.first_chunk + k;
     format::ChunkRecord ch = c.chunk(i);
     buffer.resize(ch.raw_bytes);
-    c.ReadChunk(i, buffer.data(), /*check=*/true);
+    c.ReadChunk(i, buffer.data(), /*check=*/true);  // pread, checked in the buffer it lands in
     uint64_t chunk_begin = k * chunk_bytes;
     uint64_t from = std::max(begin, chunk_begin) - chunk_begin;
     uint64_t to = std::min(end, chunk_begin + ch.raw_bytes) - chunk_begin;
     sink(std::span<const uint8_t>(buffer.data() + from, to - from));
-    if (ch.codec == static_cast<uint8_t>(format::Codec::kNone)) {
-      c.file().Release(ch.offset, ch.stored_bytes);  // keep RSS bounded on multi-GiB files
-    }
   }
 }
 
@@ -36,7 +32,7 @@ void StreamStorage(const Container& c, uint32_t s, const ByteSink& sink) {
   StreamStorageRange(c, s, 0, c.storage(s).raw_bytes, sink);
 }
 
-std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by) {
+std::vector<uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by) {
   auto blob = c.FindBlob(name);
   if (!blob)
     throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + std::string(named_by) + " names '" + std::string(name) +

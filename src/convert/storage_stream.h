@@ -1,14 +1,15 @@
 // Reading a container's storages back out (exporters, DCP export, merge): chunk by chunk, every
 // checksum checked before its bytes are handed on (a corrupt container must not turn into a
 // plausible-looking .pt, .safetensors, .distcp or merged model), only the chunks a range touches
-// read, source pages dropped behind the stream so a multi-GiB storage keeps RSS bounded.
-// Memory: one chunk.
+// read, with pread into one chunk-sized buffer (checked where it lands, never re-read from the
+// mapping) so a multi-GiB storage keeps RSS bounded. Memory: one chunk.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "zckpt/container.h"
 
@@ -23,8 +24,9 @@ void StreamStorageRange(const Container& c, uint32_t s, uint64_t begin, uint64_t
 // The whole storage.
 void StreamStorage(const Container& c, uint32_t s, const ByteSink& sink);
 
-// A blob the container's own metadata says it holds (`named_by`), checksum checked: one that is
-// missing makes the container damaged or forged (kCorrupt, exit 1), not the caller's mistake.
-std::span<const uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by);
+// A blob the container's own metadata says it holds (`named_by`), checksum checked (the copy
+// returned is what was hashed): one that is missing makes the container damaged or forged
+// (kCorrupt, exit 1), not the caller's mistake.
+std::vector<uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by);
 
 }  // namespace zckpt::convert

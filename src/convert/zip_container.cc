@@ -4,6 +4,7 @@
 
 #include "convert/object_pickle.h"
 #include "convert/source_records.h"
+#include "format/layout.h"
 #include "zckpt/error.h"
 
 namespace zckpt::convert {
@@ -13,6 +14,12 @@ NewStorage StorageRecordOf(const pickle::TorchStorage& s) { return NewStorage{s.
 uint64_t AddTensorRecords(ContainerWriter& writer, const pickle::TorchPickle& model) {
   for (const pickle::TorchTensor& t : model.tensors) {
     if (t.storage_offset < 0) throw Error(ErrorKind::kCorrupt, "tensor '" + t.name + "' has a negative storage offset");
+    // The int64 bounds of spec §5.3 (also for tensors without elements), which the writer would
+    // otherwise refuse as the caller's mistake: here they are the source's.
+    format::internal::TensorExtent e =
+        format::internal::ComputeTensorExtent(static_cast<uint64_t>(t.storage_offset), t.shape.data(), t.stride.data(),
+                                              static_cast<uint32_t>(t.shape.size()), DTypeSize(t.dtype));
+    if (e.error) throw Error(ErrorKind::kCorrupt, "tensor '" + t.name + "': " + e.error);
     NewTensor nt;
     nt.name = t.name;
     nt.storage = static_cast<uint32_t>(t.storage);

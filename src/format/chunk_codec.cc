@@ -1,8 +1,10 @@
 #include "format/chunk_codec.h"
 
 #include <xxhash.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_stableOutBuffer (a parameter value; no static-only symbols)
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <new>
 
@@ -15,10 +17,6 @@ struct CCtxHolder {
   ZSTD_CCtx* ctx = ZSTD_createCCtx();
   ~CCtxHolder() { ZSTD_freeCCtx(ctx); }
 };
-struct DCtxHolder {
-  ZSTD_DCtx* ctx = ZSTD_createDCtx();
-  ~DCtxHolder() { ZSTD_freeDCtx(ctx); }
-};
 
 ZSTD_CCtx* ThreadCCtx() {
   thread_local CCtxHolder h;
@@ -26,11 +24,8 @@ ZSTD_CCtx* ThreadCCtx() {
   return h.ctx;
 }
 
-ZSTD_DCtx* ThreadDCtx() {
-  thread_local DCtxHolder h;
-  if (h.ctx == nullptr) throw std::bad_alloc();
-  return h.ctx;
-}
+// Any frame window zstd can express is accepted (the content size bounds memory, see the header).
+constexpr int kWindowLogMax = ZSTD_WINDOWLOG_MAX_64;
 
 // The frame-level rules that can be read from the header alone.
 std::string CheckFrameHeader(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes) {
@@ -68,23 +63,21 @@ bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>
 }
 
 std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes) {
-  std::string why = CheckFrameHeader(stored, stored_bytes, raw_bytes);
-  if (!why.empty()) return why;
-  size_t frame = ZSTD_findFrameCompressedSize(stored, stored_bytes);
-  if (ZSTD_isError(frame)) return std::string("bad zstd frame: ") + ZSTD_getErrorName(frame);
-  if (frame != stored_bytes) return "zstd frame ends before the chunk's stored bytes";
-  size_t r = ZSTD_decompressDCtx(ThreadDCtx(), dst, raw_bytes, stored, stored_bytes);
-  if (ZSTD_isError(r)) return std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
-  if (r != raw_bytes) return "zstd frame decodes to " + std::to_string(r) + " bytes, chunk has " + std::to_string(raw_bytes);
-  return "";
+  thread_local ZstdChunkChecker decoder;
+  decoder.Begin(stored_bytes, raw_bytes, dst);
+  decoder.Feed(stored, stored_bytes);
+  return decoder.Finish();
 }
 
 struct ZstdChunkChecker::State {
   ZSTD_DStream* ds = ZSTD_createDStream();
   XXH3_state_t* hash = XXH3_createState();
   std::vector<uint8_t> window = std::vector<uint8_t>(ZSTD_DStreamOutSize());
-  uint64_t raw_bytes = 0, produced = 0;
-  bool frame_done = false;
+  uint8_t* dst = nullptr;  // destination mode: decode into dst[0, raw_bytes)
+  int mode = -1;           // what ds is set up for: -1 nothing yet, 0 window, 1 destination
+  uint64_t stored_bytes = 0, raw_bytes = 0, produced = 0;
+  std::vector<uint8_t> header;  // the frame header, gathered until it can be checked whole
+  bool header_checked = false, frame_done = false;
   std::string error;
   ~State() {
     ZSTD_freeDStream(ds);
@@ -97,16 +90,48 @@ ZstdChunkChecker::ZstdChunkChecker() : s_(std::make_unique<State>()) {
 }
 ZstdChunkChecker::~ZstdChunkChecker() = default;
 
-void ZstdChunkChecker::Begin(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes) {
-  ZSTD_DCtx_reset(s_->ds, ZSTD_reset_session_only);
-  XXH3_64bits_reset(s_->hash);
-  s_->raw_bytes = raw_bytes;
-  s_->produced = 0;
-  s_->frame_done = false;
-  s_->error = CheckFrameHeader(stored, stored_bytes, raw_bytes);
+void ZstdChunkChecker::Begin(uint64_t stored_bytes, uint64_t raw_bytes, uint8_t* dst) {
+  State& s = *s_;
+  ZSTD_DCtx_reset(s.ds, ZSTD_reset_session_only);
+  const int mode = dst != nullptr ? 1 : 0;
+  if (s.mode != mode) {
+    // Parameters change only between sessions; the window limit is set along with them.
+    ZSTD_DCtx_reset(s.ds, ZSTD_reset_parameters);
+    ZSTD_DCtx_setParameter(s.ds, ZSTD_d_windowLogMax, kWindowLogMax);
+    // Destination mode: zstd decodes straight into dst (no window buffer of its own, no copy).
+    ZSTD_DCtx_setParameter(s.ds, ZSTD_d_stableOutBuffer, dst != nullptr ? 1 : 0);
+    s.mode = mode;
+  }
+  XXH3_64bits_reset(s.hash);
+  s.dst = dst;
+  s.stored_bytes = stored_bytes;
+  s.raw_bytes = raw_bytes;
+  s.produced = 0;
+  s.header.clear();
+  s.header_checked = false;
+  s.frame_done = false;
+  s.error.clear();
 }
 
 void ZstdChunkChecker::Feed(const uint8_t* piece, size_t n) {
+  State& s = *s_;
+  if (!s.header_checked) {
+    // The header is checked before zstd parses it, from the very bytes it will parse: a content
+    // size other than raw_bytes is refused before any memory is sized by it.
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(ZSTD_FRAMEHEADERSIZE_MAX, s.stored_bytes));
+    const size_t take = std::min(n, want - s.header.size());
+    s.header.insert(s.header.end(), piece, piece + take);
+    piece += take;
+    n -= take;
+    if (s.header.size() < want) return;
+    s.header_checked = true;
+    if (s.error.empty()) s.error = CheckFrameHeader(s.header.data(), s.header.size(), s.raw_bytes);
+    Decode(s.header.data(), s.header.size());
+  }
+  Decode(piece, n);
+}
+
+void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
   State& s = *s_;
   ZSTD_inBuffer in = {piece, n, 0};
   // Loop while input remains, or while the last call filled the window (zstd may then still
@@ -116,6 +141,27 @@ void ZstdChunkChecker::Feed(const uint8_t* piece, size_t n) {
     if (s.frame_done) {
       s.error = "data after the end of the zstd frame";
       return;
+    }
+    if (s.dst != nullptr) {
+      // The same output buffer on every call (stableOutBuffer), holding exactly raw_bytes: the
+      // decoder can never write past it; a frame with more to give fails below.
+      ZSTD_outBuffer out = {s.dst, s.raw_bytes, s.produced};
+      const size_t in_before = in.pos;
+      size_t r = ZSTD_decompressStream(s.ds, &out, &in);
+      if (ZSTD_isError(r)) {
+        s.error = std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
+        return;
+      }
+      const bool progress = in.pos != in_before || out.pos != s.produced;
+      s.produced = out.pos;
+      if (r == 0) {
+        s.frame_done = true;
+      } else if (!progress) {  // output full, the frame wants room for more
+        s.error = "zstd frame decodes to more than the chunk's " + std::to_string(s.raw_bytes) + " bytes";
+        return;
+      }
+      window_full = false;
+      continue;
     }
     ZSTD_outBuffer out = {s.window.data(), s.window.size(), 0};
     size_t r = ZSTD_decompressStream(s.ds, &out, &in);
@@ -137,9 +183,11 @@ void ZstdChunkChecker::Feed(const uint8_t* piece, size_t n) {
 std::string ZstdChunkChecker::Finish(uint64_t raw_checksum) {
   State& s = *s_;
   if (!s.error.empty()) return s.error;
+  if (!s.header_checked) return "not a zstd frame (shorter than a frame header)";
   if (!s.frame_done) return "zstd frame is cut short by the end of the chunk";
   if (s.produced != s.raw_bytes)
     return "zstd frame decodes to " + std::to_string(s.produced) + " bytes, chunk has " + std::to_string(s.raw_bytes);
+  if (s.dst != nullptr) return "";
   uint64_t got = XXH3_64bits_digest(s.hash);
   if (got != raw_checksum) return ChecksumMismatch("raw", raw_checksum, got);
   return "";

@@ -3,7 +3,13 @@
 //
 // Every decode insists on what the spec makes a chunk: exactly one zstd frame spanning all of
 // stored_bytes, whose header declares raw_bytes as its content size and which decodes to
-// exactly that many bytes.
+// exactly that many bytes. Loading (DecodeChunk, into the destination) and verifying
+// (ZstdChunkChecker, through a small window) run the same streaming decoder with the same
+// parameters, so a frame one accepts the other accepts: any window size zstd can express
+// (windowLogMax 31; the header's content size, checked equal to raw_bytes <= chunk_bytes <= 2^30
+// before a byte is decoded, bounds what the decoder allocates), and the output never runs past
+// raw_bytes. Callers pass stored bytes they own (copied out of the file), never the shared
+// mapping: the header that was checked is the header that is decoded.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +26,7 @@ namespace zckpt::format::internal {
 bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>* out);
 
 // Decodes a stored zstd chunk into dst (raw_bytes). Returns "" on success, else why the frame
-// is bad. Uses a per-thread decompression context.
+// is bad. Uses a per-thread ZstdChunkChecker writing straight into dst (no window copy).
 std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes);
 
 // Decodes a zstd chunk fed in pieces through a small window, hashing the output, so checking a
@@ -35,15 +41,19 @@ class ZstdChunkChecker {
   ZstdChunkChecker(const ZstdChunkChecker&) = delete;
   ZstdChunkChecker& operator=(const ZstdChunkChecker&) = delete;
 
-  // Starts a chunk; `stored` is the whole stored range (its header is read here).
-  void Begin(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes);
-  // Feeds the next piece of the stored range, in order.
+  // Starts a chunk of `stored_bytes` that must decode to `raw_bytes`. With `dst`, decoded bytes
+  // land in dst[0, raw_bytes) and are not hashed; without, they pass through a small window and
+  // are hashed.
+  void Begin(uint64_t stored_bytes, uint64_t raw_bytes, uint8_t* dst = nullptr);
+  // Feeds the next piece of the stored range, in order, in pieces of any size: the frame header
+  // is gathered and checked before anything is decoded.
   void Feed(const uint8_t* piece, size_t n);
   // "" when the frame ended exactly at the last stored byte and decoded to raw_bytes bytes
-  // whose XXH3 is raw_checksum, else why not.
-  std::string Finish(uint64_t raw_checksum);
+  // (whose XXH3 is raw_checksum, in window mode), else why not.
+  std::string Finish(uint64_t raw_checksum = 0);
 
  private:
+  void Decode(const uint8_t* piece, size_t n);
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -1,10 +1,14 @@
 // The reader's entry points and its accessors. Everything here runs after Validate() has
-// checked the whole index (spec §7 steps 1-4), so accessors decode records in place without
-// checks of their own.
+// checked the whole index (spec §7 steps 1-4) in the Container's private copy, so accessors
+// decode records from that copy without checks of their own.
 #include "zckpt/container.h"
+
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <optional>
 
 #include "common/mapped_file.h"
 #include "format/bytes.h"
@@ -37,12 +41,12 @@ const uint8_t* Container::data() const { return file_->data(); }
 void Container::Fail(ErrorKind kind, const std::string& what) const { throw Error(kind, path() + ": " + what); }
 
 const uint8_t* Container::Record(const Table& t, uint64_t i) const {
-  return data() + t.offset + i * t.record_bytes;
+  return index_.data() + t.offset + i * t.record_bytes;
 }
 
 std::string_view Container::String(format::StringRef ref) const {
   if (ref.length == 0) return {};
-  return {reinterpret_cast<const char*>(data() + strings_.offset + ref.offset), ref.length};
+  return {reinterpret_cast<const char*>(index_.data() + strings_.offset + ref.offset), ref.length};
 }
 
 int64_t Container::Dim(uint64_t i) const { return static_cast<int64_t>(Load64(Record(dims_, i))); }
@@ -144,45 +148,87 @@ std::vector<uint32_t> Container::TensorsOfStorage(uint32_t s) const {
   return {lo, hi};
 }
 
-std::span<const uint8_t> Container::ChunkStored(uint64_t i) const {
-  format::ChunkRecord c = chunk(i);
-  return {data() + c.offset, c.stored_bytes};
+namespace {
+
+// Raw bytes are hashed in pieces this size right after each lands, while still in cache.
+constexpr uint64_t kHashPiece = 512 << 10;
+// A per-thread buffer above this is given back after use rather than kept for the next chunk.
+constexpr uint64_t kKeepScratch = 64ull << 20;
+
+// Private memory for a zstd chunk's stored bytes (at most chunk_bytes, checked at open).
+std::vector<uint8_t>& ThreadScratch() {
+  thread_local std::vector<uint8_t> scratch;
+  return scratch;
 }
 
-std::span<const uint8_t> Container::BlobBytes(const BlobInfo& b) const {
-  if (b.bytes == 0) return {};
-  return {data() + b.offset, b.bytes};
-}
+// XXH3 of [p, p+n) and an XXH3 state that is freed however the scope ends.
+struct HashState {
+  XXH3_state_t* s = XXH3_createState();
+  HashState() {
+    if (s == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(s);
+  }
+  ~HashState() { XXH3_freeState(s); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+};
 
-std::span<const uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
-  std::span<const uint8_t> bytes = BlobBytes(b);
+}  // namespace
+
+std::vector<uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
+  std::vector<uint8_t> bytes(b.bytes);
+  file_->ReadAt(b.offset, b.bytes, bytes.data());
   if (format::Checksum(bytes.data(), bytes.size()) != b.checksum)
     throw Error(ErrorKind::kCorrupt, path() + ": blob '" + std::string(b.name) + "' fails its checksum");
   return bytes;
 }
 
-std::span<const uint8_t> Container::StorageBytes(uint32_t s) const {
-  StorageInfo info = storage(s);
-  if (!info.contiguous || info.raw_bytes == 0) return {};
-  return {data() + info.data_offset, info.raw_bytes};
-}
-
 void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
-  format::ChunkRecord c = chunk(i);
-  const uint8_t* stored = data() + c.offset;
+  const format::ChunkRecord c = chunk(i);  // from the private index: every size below is checked
+  auto* out = static_cast<uint8_t*>(dst);
   auto fail = [&](const std::string& why) { throw Error(ErrorKind::kCorrupt, DescribeChunk(i) + ": " + why); };
-  if (check) {
-    uint64_t got = format::Checksum(stored, c.stored_bytes);
-    if (got != c.stored_checksum) fail(format::internal::ChecksumMismatch("stored", c.stored_checksum, got));
-  }
   if (c.codec == static_cast<uint8_t>(format::Codec::kNone)) {
-    std::memcpy(dst, stored, c.raw_bytes);
+    // Straight into dst, each piece hashed where it landed: the checksum covers exactly the
+    // bytes the caller gets, whatever the file holds by now.
+    uint64_t got;
+    if (c.raw_bytes <= kHashPiece) {
+      file_->ReadAt(c.offset, c.raw_bytes, out);
+      if (!check) return;
+      got = format::Checksum(out, c.raw_bytes);
+    } else {
+      std::optional<HashState> h;
+      if (check) h.emplace();
+      for (uint64_t at = 0; at < c.raw_bytes; at += kHashPiece) {
+        uint64_t n = std::min(kHashPiece, c.raw_bytes - at);
+        file_->ReadAt(c.offset + at, n, out + at);
+        if (check) XXH3_64bits_update(h->s, out + at, n);
+      }
+      if (!check) return;
+      got = XXH3_64bits_digest(h->s);
+    }
+    if (got != c.stored_checksum) fail(format::internal::ChecksumMismatch("stored", c.stored_checksum, got));
     return;
   }
-  std::string why = format::internal::DecodeChunk(stored, c.stored_bytes, static_cast<uint8_t*>(dst), c.raw_bytes);
+  // zstd: the stored bytes are copied once into private memory; the checksum and the decoder
+  // both read that copy, and the decoder writes at most raw_bytes (from the index) into dst.
+  std::vector<uint8_t>& stored = ThreadScratch();
+  stored.resize(c.stored_bytes);
+  std::string why;
+  try {
+    file_->ReadAt(c.offset, c.stored_bytes, stored.data());
+    if (check) {
+      uint64_t got = format::Checksum(stored.data(), c.stored_bytes);
+      if (got != c.stored_checksum) why = format::internal::ChecksumMismatch("stored", c.stored_checksum, got);
+    }
+    if (why.empty()) why = format::internal::DecodeChunk(stored.data(), c.stored_bytes, out, c.raw_bytes);
+  } catch (...) {
+    if (stored.capacity() > kKeepScratch) std::vector<uint8_t>().swap(stored);
+    throw;
+  }
+  if (stored.capacity() > kKeepScratch) std::vector<uint8_t>().swap(stored);
   if (!why.empty()) fail(why);
   if (!check) return;
-  uint64_t got = format::Checksum(dst, c.raw_bytes);
+  uint64_t got = format::Checksum(out, c.raw_bytes);
   if (got != c.raw_checksum) fail(format::internal::ChecksumMismatch("raw", c.raw_checksum, got));
 }
 

@@ -57,6 +57,7 @@ void Container::ValidateStoragesAndChunks() {
     if ((r.flags & kStorageUntyped) && r.dtype != uint16_t(DType::kUInt8)) fail("an untyped storage must have dtype uint8");
     if (!AllZero(rec + kStorageReserved.begin, kStorageReserved.end - kStorageReserved.begin))
       fail("reserved bytes are not zero");
+    if (r.raw_bytes > kMaxInt64) fail("raw_bytes " + Num(r.raw_bytes) + " is more than 2^63 - 1");
     if (r.raw_bytes % DTypeSize(static_cast<DType>(r.dtype)) != 0)
       fail("raw_bytes " + Num(r.raw_bytes) + " is not a multiple of the dtype's size");
     if (r.chunk_count != ChunkCount(r.raw_bytes, sb.chunk_bytes))

@@ -1,6 +1,12 @@
 // Spec §7 steps 1-3: superblock, footer, index header and table descriptors. Each check is
 // written in the order of the spec so the first rule a file breaks is the one reported, and
 // all arithmetic on file values is overflow-checked.
+//
+// Each structure is read once (pread) into private memory and checked there: the superblock and
+// footer into local arrays decoded into superblock_/footer_, the index (with the padding up to
+// the footer) into index_. Nothing later reads them from the file again, so a file rewritten
+// after its checks cannot change what was checked.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -31,8 +37,9 @@ void Container::Validate() {
 }
 
 void Container::ValidateSuperblock() {
-  const uint8_t* d = data();
   uint64_t size = file_->size();
+  uint8_t d[kSuperblockBytes] = {};
+  file_->ReadAt(0, std::min<uint64_t>(size, kSuperblockBytes), d);
   if (size < 8 || std::memcmp(d, kSuperblockMagic, 8) != 0)
     Fail(ErrorKind::kNotContainer, "not a zckpt container (no superblock magic)");
   if (size < kSuperblockBytes + kFooterBytes)
@@ -61,7 +68,8 @@ void Container::ValidateSuperblock() {
 
 void Container::ValidateFooter() {
   uint64_t size = file_->size();
-  const uint8_t* f = data() + size - kFooterBytes;
+  uint8_t f[kFooterBytes];
+  file_->ReadAt(size - kFooterBytes, kFooterBytes, f);
   if (std::memcmp(f + kFooterMagicOffset, kFooterMagic, 8) != 0)
     Fail(ErrorKind::kCorrupt, "no footer magic at the end of the file (truncated or unfinished?)");
   if (Load64(f + kFooterChecksumOffset) != Checksum(f, kFooterChecksumOffset))
@@ -89,12 +97,15 @@ void Container::ValidateFooter() {
       footer_at != size - kFooterBytes)
     Fail(ErrorKind::kCorrupt, "footer: the index [" + Num(ft.index_offset) + ", +" + Num(ft.index_bytes) +
                                   ") does not end just before the footer at " + Num(size - kFooterBytes));
-  if (!AllZero(data() + end, footer_at - end))
+  // The index and the padding after it, in one read: bounded by the file size (checked above).
+  index_.resize(footer_at - ft.index_offset);
+  file_->ReadAt(ft.index_offset, index_.size(), index_.data());
+  if (!AllZero(index_.data() + ft.index_bytes, footer_at - end))
     Fail(ErrorKind::kCorrupt, "padding between the index and the footer is not zero");
 }
 
 void Container::ValidateIndex() {
-  const uint8_t* index = data() + footer_.index_offset;
+  const uint8_t* index = index_.data();
   const uint64_t n = footer_.index_bytes;
   if (Checksum(index, n) != footer_.index_checksum) Fail(ErrorKind::kCorrupt, "index checksum mismatch");
   if (std::memcmp(index, kIndexMagic, 4) != 0) Fail(ErrorKind::kCorrupt, "index: no ZIDX magic");
@@ -136,7 +147,7 @@ void Container::ValidateIndex() {
     if (!AllZero(index + prev_end, expected - prev_end))
       Fail(ErrorKind::kCorrupt, where + "padding before the table is not zero");
     prev_end = expected + t.bytes;
-    if (i < kTableCount) *known[i] = {footer_.index_offset + t.offset, t.count, t.record_bytes};
+    if (i < kTableCount) *known[i] = {t.offset, t.count, t.record_bytes};
   }
   if (prev_end != n)
     Fail(ErrorKind::kCorrupt, "index: the last table ends at " + Num(prev_end) + ", index_bytes is " + Num(n));

@@ -3,8 +3,14 @@
 // The data region [64, index_offset) is cut into one contiguous byte range per thread; a thread
 // checks every chunk and blob that starts in its range (whole: a checksum cannot be split) and
 // every padding byte inside its range. Cutting by bytes rather than by chunk count keeps threads
-// balanced when chunk sizes differ (zstd chunks, small storages). Pages are released behind the
-// scan so verifying a file larger than RAM keeps the resident set to a few slices per thread.
+// balanced when chunk sizes differ (zstd chunks, small storages).
+//
+// Bytes are read with pread into one buffer per thread, piece by piece, and every check of a
+// piece (XXH3, the zstd decoder, the zero test) reads that private copy: a file rewritten
+// meanwhile cannot show the checksum one thing and the decoder another, a file truncated
+// meanwhile is a short read (Error(kIo)), not a SIGBUS, and the resident set is the buffers
+// whatever the file size (the page cache is the kernel's). Measured here against the former
+// mmap scan on a 1 GiB file: the same speed within the noise.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -26,7 +32,8 @@ using format::internal::ChecksumMismatch;
 using format::internal::FirstNonZero;
 using format::internal::ZstdChunkChecker;
 
-constexpr uint64_t kSliceBytes = 4ull << 20;      // between progress/cancel checks and page releases
+// Read, then hashed while still in cache; also the unit of progress and cancel checks.
+constexpr uint64_t kPieceBytes = 1ull << 20;
 constexpr uint64_t kMinBytesPerThread = 4ull << 20;  // below this another thread costs more than it saves
 
 struct Region {
@@ -53,9 +60,9 @@ class Verifier {
   void CheckChunk(const Region& r, ZstdChunkChecker* zstd, std::vector<Found>* out);
   void CheckBlob(const Region& r, std::vector<Found>* out);
   void CheckGap(uint64_t gap_begin, uint64_t gap_end, uint64_t from, uint64_t to, std::vector<Found>* out);
-  // Calls fn(piece, n) over [offset, offset+n) slice by slice, releasing each slice's pages and
-  // reporting progress after it; stops early when fn returns false (the rest still counts as
-  // done) or on cancel.
+  // Reads [offset, offset+n) piece by piece into the thread's buffer and calls fn(piece, len)
+  // on each, reporting progress after it; stops reading when fn returns false (the rest still
+  // counts as done) or on cancel.
   template <typename Fn>
   void Scan(uint64_t offset, uint64_t n, Fn&& fn);
   bool Cancelled() const {
@@ -73,13 +80,22 @@ class Verifier {
   std::mutex progress_mutex_;
 };
 
+// One read buffer per verifying thread.
+uint8_t* ThreadBuffer() {
+  thread_local std::vector<uint8_t> buffer(kPieceBytes);
+  return buffer.data();
+}
+
 template <typename Fn>
 void Verifier::Scan(uint64_t offset, uint64_t n, Fn&& fn) {
+  uint8_t* buffer = ThreadBuffer();
   bool going = true;
   for (uint64_t at = 0; at < n;) {
-    uint64_t len = std::min(kSliceBytes, n - at);
-    if (going && !Cancelled()) going = fn(c_.data() + offset + at, len);
-    c_.file().Release(offset + at, len);
+    uint64_t len = std::min(kPieceBytes, n - at);
+    if (going && !Cancelled()) {
+      c_.file().ReadAt(offset + at, len, buffer);
+      going = fn(buffer, len);
+    }
     Progress(len);
     at += len;
   }
@@ -101,7 +117,7 @@ void Verifier::CheckChunk(const Region& r, ZstdChunkChecker* zstd, std::vector<F
   XXH3_state_t* state = XXH3_createState();
   if (state == nullptr) throw std::bad_alloc();
   XXH3_64bits_reset(state);
-  if (is_zstd) zstd->Begin(c_.data() + ch.offset, ch.stored_bytes, ch.raw_bytes);
+  if (is_zstd) zstd->Begin(ch.stored_bytes, ch.raw_bytes);
   Scan(ch.offset, ch.stored_bytes, [&](const uint8_t* p, uint64_t n) {
     XXH3_64bits_update(state, p, n);
     if (is_zstd) zstd->Feed(p, n);

@@ -21,11 +21,20 @@ TensorExtent ComputeTensorExtent(uint64_t storage_offset, const int64_t* sizes, 
                                  uint32_t itemsize) {
   TensorExtent r;
   bool empty = false;
+  // torch holds these values as int64_t and multiplies them by the element size (data_ptr,
+  // nbytes, set_'s bounds check), also for a tensor without elements: refuse what would overflow
+  // there, so no reader ever turns a u64 of the file into a negative int64.
+  uint64_t nominal = itemsize;  // product of the nonzero sizes, times the element size
   for (uint32_t i = 0; i < ndim; ++i) {
     if (sizes[i] < 0) return {"negative size", 0, 0};
     if (strides[i] < 0) return {"negative stride", 0, 0};
     if (sizes[i] == 0) empty = true;
+    else if (!CheckedMul(nominal, static_cast<uint64_t>(sizes[i]), &nominal) || nominal > kMaxInt64)
+      return {"sizes multiply to more than 2^63 - 1 bytes", 0, 0};
   }
+  uint64_t offset_bytes;
+  if (!CheckedMul(storage_offset, itemsize, &offset_bytes) || offset_bytes > kMaxInt64)
+    return {"storage_offset x element size is more than 2^63 - 1", 0, 0};
   if (empty) return r;  // touches no bytes, whatever its offset and strides say
   // Largest element index: storage_offset + sum (size_i - 1) * stride_i, then bytes past it.
   uint64_t last = storage_offset;
@@ -37,7 +46,7 @@ TensorExtent ComputeTensorExtent(uint64_t storage_offset, const int64_t* sizes, 
   }
   if (!CheckedAdd(last, 1, &r.end) || !CheckedMul(r.end, itemsize, &r.end))
     return {"extent overflows 64 bits", 0, 0};
-  r.begin = storage_offset * itemsize;  // <= end, so no overflow
+  r.begin = offset_bytes;  // <= end
   return r;
 }
 

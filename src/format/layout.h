@@ -26,7 +26,13 @@ inline uint64_t ChunkRawBytes(uint64_t raw_bytes, uint64_t chunk_bytes, uint64_t
   return raw_bytes - begin < chunk_bytes ? raw_bytes - begin : chunk_bytes;
 }
 
+// Largest value of an i64: what the u64 sizes and offsets of the file that readers hand to torch
+// (as int64_t) may reach (§5.1, §5.3).
+inline constexpr uint64_t kMaxInt64 = (uint64_t{1} << 63) - 1;
+
 // §5.3: the byte range [begin, end) of its storage that a tensor touches, or the rule it breaks.
+// Also for tensors without elements: storage_offset x element size, and the product of the
+// nonzero sizes x element size, are at most kMaxInt64.
 struct TensorExtent {
   const char* error = nullptr;  // nullptr when valid
   uint64_t begin = 0, end = 0;  // both 0 when the tensor has no elements

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <new>
 
+#include "common/fault_guard.h"
 #include "common/mapped_file.h"
 #include "format/chunk_codec.h"
 #include "loader/plan.h"
@@ -42,27 +44,43 @@ ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify)
     c_.file().AdviseSequential(0, c_.file_bytes());
     return;
   }
+  // The container's own descriptor: the file whose index was validated, whatever the path names
+  // by now (reopening the path could read another file, or block on a FIFO swapped in).
+  fd_ = c_.file().fd();
   if (method_ == ReadMethod::kDirect) {
-    fd_ = ::open(c_.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd_ >= 0 && !DirectReadWorks(fd_)) {
-      ::close(fd_);
-      fd_ = -1;
+    // O_DIRECT needs a descriptor of its own (the flag belongs to the open file description);
+    // /proc/self/fd reopens the same inode, checked below, never the path.
+    int direct = -1;
+    if (fd_ >= 0) {
+      direct = ::open(("/proc/self/fd/" + std::to_string(fd_)).c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT | O_NOCTTY);
+      struct stat a, b;
+      if (direct >= 0 && (fstat(direct, &a) != 0 || fstat(fd_, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev ||
+                          !DirectReadWorks(direct))) {
+        ::close(direct);
+        direct = -1;
+      }
     }
-    if (fd_ < 0) method_ = ReadMethod::kPread;
+    if (direct >= 0) {
+      fd_ = direct_fd_ = direct;
+    } else {
+      method_ = ReadMethod::kPread;
+    }
   }
-  if (fd_ < 0) fd_ = ::open(c_.path().c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(ErrorKind::kIo, "cannot open " + c_.path() + ": " + std::strerror(errno));
+  if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, c_.path() + ": a container opened from memory has no file to read");
 }
 
 ChunkReader::~ChunkReader() {
-  if (fd_ >= 0) ::close(fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
 uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const {
+  uint64_t size = c_.file_bytes();
   if (method_ == ReadMethod::kMmap) {
-    uint64_t size = c_.file_bytes();
     uint64_t n = offset >= size ? 0 : std::min(len, size - offset);
-    std::memcpy(dst, c_.data() + offset, n);
+    // The mapping is shared with whoever else has the file: a page past a truncation raises
+    // SIGBUS, which GuardedCopy turns into this error. (Bytes rewritten meanwhile land in dst and
+    // are hashed there, as with pread.)
+    if (!GuardedCopy(dst, c_.data() + offset, n)) throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), offset, offset + n));
     // Drop what was just copied so the mapping's resident pages stay bounded by what is in flight.
     c_.file().Release(offset, n);
     return n;
@@ -75,7 +93,7 @@ uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) cons
       throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) + ": " +
                                       std::strerror(errno));
     }
-    if (n == 0) break;  // end of file (an O_DIRECT span rounded past it)
+    if (n == 0) break;  // end of file (an O_DIRECT span rounded past it, or a file that shrank)
     done += static_cast<uint64_t>(n);
   }
   return done;
@@ -166,7 +184,7 @@ void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t 
     if (got < want) break;  // end of file
   }
   if (!hasher.done())
-    throw Error(ErrorKind::kIo, "unexpected end of file reading " + c_.DescribeChunk(hasher.pending()));
+    throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), begin, end) + " (reading " + c_.DescribeChunk(hasher.pending()) + ")");
 }
 
 void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
@@ -174,10 +192,8 @@ void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, 
   if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
-    // zstd frames are decoded (and checked) by the container from its mapping.
+    // zstd frames are read (pread, whatever the method), checked and decoded by the container.
     c_.ReadChunk(i, slot + plan.slot_offset[i], verify_);
-    format::ChunkRecord r = c_.chunk(i);
-    c_.file().Release(r.offset, r.stored_bytes);
   }
 }
 
@@ -193,7 +209,6 @@ void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
     if (IsZstd(r)) {
       PopulateForWrite(dst, r.raw_bytes);
       c_.ReadChunk(i, dst, verify_);
-      c_.file().Release(r.offset, r.stored_bytes);
       ++i;
       continue;
     }

@@ -18,8 +18,11 @@ struct Plan;
 
 class ChunkReader {
  public:
-  // `method` is resolved (not kAuto). kDirect opens the file with O_DIRECT and falls back to
-  // plain pread where the filesystem refuses it; method() says which is in use.
+  // `method` is resolved (not kAuto). pread reads the container's own descriptor (never the path
+  // again); kDirect reopens that descriptor with O_DIRECT and falls back to plain pread where the
+  // filesystem refuses it; method() says which is in use. kMmap copies out of the container's
+  // mapping with GuardedCopy. Every method ends a read of a file that shrank with Error(kIo)
+  // naming it; every byte is hashed where it landed (slot or destination).
   ChunkReader(const Container& c, ReadMethod method, bool verify);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
@@ -45,7 +48,8 @@ class ChunkReader {
   const Container& c_;
   ReadMethod method_;
   bool verify_;
-  int fd_ = -1;
+  int fd_ = -1;         // the container's descriptor, or direct_fd_
+  int direct_fd_ = -1;  // owned: the O_DIRECT reopening
 };
 
 }  // namespace zckpt::loader

@@ -1,15 +1,13 @@
 // Map: CPU tensors aliasing a copy-on-write mapping of the file; nothing is read.
 #include <c10/core/Allocator.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
 
+#include "common/mapped_file.h"
 #include "loader/tensors.h"
 #include "zckpt/container.h"
 #include "zckpt/loader.h"
@@ -19,25 +17,21 @@ namespace zckpt {
 namespace {
 
 // The read-write private mapping every mapped storage aliases; unmapped when the last storage
-// (hence the last tensor viewing it) is freed.
+// (hence the last tensor viewing it) is freed. Made from the container's own descriptor: the
+// file whose index was validated, whatever the path names by now.
+//
+// Like torch.load(mmap=True), the views read the file when touched: bytes another process
+// rewrites later show through (until a page is written: copy on write), and touching a page
+// after another process truncated the file raises SIGBUS (include/zckpt/loader.h, Map).
 class Mapping {
  public:
-  explicit Mapping(const std::string& path, uint64_t expected_bytes) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::kIo, "cannot open " + path + ": " + std::strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected_bytes) {
-      ::close(fd);
-      throw Error(ErrorKind::kIo, path + " changed while being opened");
-    }
+  explicit Mapping(const Container& c) : size_(c.file_bytes()) {
+    if (c.file().fd() < 0) throw Error(ErrorKind::kInvalidArgument, c.path() + ": a container opened from memory cannot be mapped");
     // PROT_WRITE + MAP_PRIVATE: tensors may be written like any CPU tensor; the written pages are
     // copied on write and the file never changes (torch.load(mmap=True) does the same).
-    void* p = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    int saved = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) throw Error(ErrorKind::kIo, "cannot mmap " + path + ": " + std::strerror(saved));
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, c.file().fd(), 0);
+    if (p == MAP_FAILED) throw Error(ErrorKind::kIo, "cannot mmap " + c.path() + ": " + std::strerror(errno));
     data_ = static_cast<uint8_t*>(p);
-    size_ = expected_bytes;
   }
   ~Mapping() { munmap(data_, size_); }
   Mapping(const Mapping&) = delete;
@@ -65,7 +59,7 @@ MapResult MapImpl(const std::string& path, bool views, const MapOptions& options
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
     pickle = loader::VetObjectPickle(*c, options.allow_globals);
   }
-  auto mapping = std::make_shared<Mapping>(path, c->file_bytes());
+  auto mapping = std::make_shared<Mapping>(*c);
   MapResult result;
   std::vector<at::Tensor> bytes;
   bytes.reserve(c->storage_count());

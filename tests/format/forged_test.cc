@@ -419,7 +419,12 @@ TEST_F(Forged, TensorExtentOverflows) {
 
 TEST_F(Forged, TensorStorageOffsetOverflows) {
   f.Set64(tensor(5) + 16, ~0ull);
-  ExpectCorrupt("tensor record 5: extent overflows");
+  ExpectCorrupt("tensor record 5: storage_offset x element size is more than 2^63 - 1");
+}
+
+TEST_F(Forged, TensorOffsetAtInt64Limit) {
+  f.Set64(tensor(5) + 16, ((1ull << 63) - 1) / 8);  // the byte offset fits: the storage's end refuses it
+  ExpectCorrupt("tensor record 5: extent [9223372036854775800, 9223372036854775808) is past the end of storage 3");
 }
 
 TEST_F(Forged, TensorExtentPastStorage) {
@@ -427,9 +432,42 @@ TEST_F(Forged, TensorExtentPastStorage) {
   ExpectCorrupt("tensor record 0: extent [4, 4100) is past the end of storage 0 (4096 bytes)");
 }
 
-TEST_F(Forged, EmptyTensorMayPointAnywhere) {
-  f.Set64(tensor(4) + 16, ~0ull);
+// Spec §5.3: a tensor without elements touches no bytes, so its storage_offset need not lie in
+// its storage, but it is an int64_t to torch, which multiplies it by the element size.
+TEST_F(Forged, EmptyTensorOffsetPastItsStorage) {
+  f.Set64(tensor(4) + 16, ((1ull << 63) - 1) / 4);  // float32: the largest byte offset that fits
   ExpectGood();
+}
+
+TEST_F(Forged, EmptyTensorOffsetBeyondInt64) {
+  for (uint64_t offset : {~0ull, 1ull << 63, (1ull << 61)}) {  // 2^61 x 4 bytes = 2^63
+    Forger g{SmallContainer()};
+    g.Set64(g.record(TableId::kTensors, 4) + 16, offset);
+    OpenResult r = OpenAndVerify(g.Reseal());
+    EXPECT_FALSE(r.opened) << offset;
+    EXPECT_NE(r.message.find("tensor record 4: storage_offset x element size is more than 2^63 - 1"), std::string::npos)
+        << r.message;
+  }
+}
+
+// The sizes of an empty tensor other than its zero: torch computes numel and nbytes from them.
+TEST_F(Forged, EmptyTensorSizesBeyondInt64) {
+  // "empty" is [0, 4] at dims (sizes 0, 4; strides 4, 1): make the 4 into 2^61 (x 4 bytes = 2^63).
+  uint64_t dims = Load64(tensor(4) + 24);
+  f.Set64(dim(dims + 1), 1ull << 61);
+  ExpectCorrupt("tensor record 4: sizes multiply to more than 2^63 - 1 bytes");
+}
+
+TEST_F(Forged, EmptyTensorLargestSizesOpen) {
+  uint64_t dims = Load64(tensor(4) + 24);
+  f.Set64(dim(dims + 1), (1ull << 61) - 1);
+  f.Set64(dim(dims + 2), 1ull << 62);  // strides of an empty tensor are unconstrained (>= 0)
+  ExpectGood();
+}
+
+TEST_F(Forged, StorageRawBytesBeyondInt64) {
+  f.Set64(storage(2), 1ull << 63);  // the empty storage: raw_bytes is checked before its chunks
+  ExpectCorrupt("storage record 2: raw_bytes 9223372036854775808 is more than 2^63 - 1");
 }
 
 TEST_F(Forged, TensorUnknownFlags) {

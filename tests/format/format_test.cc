@@ -203,9 +203,17 @@ TEST(Layout, TensorExtent) {
   EXPECT_EQ(e.begin, 56u);
   EXPECT_EQ(e.end, 64u);
   int64_t empty[] = {0, 5}, big[] = {1ll << 62, 1ll << 62};
-  e = ComputeTensorExtent(~0ull, empty, big, 2, 8);  // no elements: touches nothing
+  e = ComputeTensorExtent(((1ull << 63) - 1) / 8, empty, big, 2, 8);  // no elements: touches nothing
   EXPECT_EQ(e.error, nullptr);
   EXPECT_EQ(e.end, 0u);
+  // ... but its offset and sizes are int64_t to torch, times the element size.
+  EXPECT_NE(ComputeTensorExtent(~0ull, empty, big, 2, 8).error, nullptr);
+  EXPECT_NE(ComputeTensorExtent(1ull << 60, empty, big, 2, 8).error, nullptr);  // 2^63 bytes
+  int64_t empty_big[] = {1ll << 40, 0, (1ll << 23) - 1}, ones[] = {1, 1, 1};
+  EXPECT_EQ(ComputeTensorExtent(0, empty_big, ones, 3, 1).error, nullptr);  // 2^63 - 2^40 bytes fit
+  EXPECT_NE(ComputeTensorExtent(0, empty_big, ones, 3, 2).error, nullptr);  // twice that does not
+  int64_t expanded[] = {1ll << 40, 1ll << 40}, zero_strides[] = {0, 0};  // one element, 2^80 of them
+  EXPECT_NE(ComputeTensorExtent(0, expanded, zero_strides, 2, 1).error, nullptr);
   int64_t two[] = {2}, huge[] = {1ll << 62};
   EXPECT_NE(ComputeTensorExtent(0, two, huge, 1, 8).error, nullptr);  // (2^62 + 1) * 8 overflows
   int64_t max_stride[] = {std::numeric_limits<int64_t>::max()};

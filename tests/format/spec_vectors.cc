@@ -180,10 +180,10 @@ std::string DescribeContainerJson(const Container& c) {
   j.Key("blobs").Open('[');
   for (uint32_t b = 0; b < c.blob_count(); ++b) {
     BlobInfo info = c.blob(b);
-    auto bytes = c.BlobBytes(info);
+    auto bytes = c.CheckedBlobBytes(info);
     j.Open('{').Key("name").Str(std::string(info.name)).Key("offset").Num(info.offset).Key("bytes").Num(info.bytes);
     j.Key("checksum").Hex64(info.checksum);
-    BytesField(j, "data", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+    BytesField(j, "data", bytes);
     j.Close('}');
   }
   j.Close(']');

@@ -143,8 +143,7 @@ uint64_t DigestContainer(const Container& c) {
   for (uint32_t b = 0; b < c.blob_count(); ++b) {
     BlobInfo bi = c.blob(b);
     MixString(h, bi.name);
-    std::span<const uint8_t> bytes = c.BlobBytes(bi);
-    MixBytes(h, bytes.data(), bytes.size());
+    if (bi.bytes) MixBytes(h, c.data() + bi.offset, bi.bytes);
   }
   for (uint32_t m = 0; m < c.metadata_count(); ++m) {
     auto [k, v] = c.metadata(m);

@@ -105,7 +105,11 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     default) every byte of the file is checked first, as zckpt.verify does, so a flipped bit
     raises CorruptError before anything is returned (this reads the file once); pass
     verify=False for a load that reads nothing up front and checks nothing. As with
-    torch.load(mmap=True), the views show the file as it is when their pages are first read.
+    torch.load(mmap=True), the views show the file as it is when their pages are first read:
+    a later rewrite shows through, and touching a page after another process truncated the file
+    raises SIGBUS (the process dies unless it handles the signal). Without mmap, a file truncated
+    or rewritten by another process during the load ends in ZckptError naming the file, never a
+    crash.
 
     Errors: ZckptError and its subclasses, each naming the file: UnsafeError (a refused
     global), CorruptError (damaged, inconsistent or malformed file); pickle.UnpicklingError
