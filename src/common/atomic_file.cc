@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/open_file.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -78,11 +79,34 @@ void RemoveStaleTemps(const std::string& destination, const std::string& own) {
   ::closedir(d);
 }
 
+// Error(kInvalidArgument) unless the destination is absent or a regular file (atomic_file.h).
+void CheckDestination(const std::string& destination) {
+  struct stat st;
+  if (::lstat(destination.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    ThrowIo("cannot stat destination", destination, errno);
+  }
+  if (S_ISREG(st.st_mode)) return;
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    ssize_t n = ::readlink(destination.c_str(), target, sizeof target - 1);
+    std::string to = n > 0 ? " to '" + std::string(target, static_cast<size_t>(n)) + "'" : "";
+    throw Error(ErrorKind::kInvalidArgument,
+                destination + ": the destination is a symbolic link" + to +
+                    "; zckpt writes a new file and renames it into place, which would replace the link itself, so it "
+                    "refuses: write to the link's target, or remove the link first");
+  }
+  throw Error(ErrorKind::kInvalidArgument, destination + ": the destination is not a regular file (" +
+                                               FileTypeName(st.st_mode) +
+                                               "); zckpt replaces only regular files and leaves this one untouched");
+}
+
 }  // namespace
 
 void SetAtomicFileFailAfterWrites(int n) { g_fail_after.store(n); }
 
 AtomicFile::AtomicFile(const std::string& destination) : destination_(destination) {
+  CheckDestination(destination);  // before anything is created next to it
   std::random_device rd;
   std::mt19937_64 rng(rd());
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
@@ -177,6 +201,9 @@ void AtomicFile::Commit() {
     ThrowIo("cannot close", destination_, errno);
   }
   fd_ = lock_fd;
+  // Again: something other than a file may have appeared at the destination since the start.
+  // (rename(2) has no "only over a regular file" flag; this narrows the window to the rename.)
+  CheckDestination(destination_);
   if (::rename(temp_path_.c_str(), destination_.c_str()) != 0) ThrowIo("cannot rename into", destination_, errno);
   done_ = true;
   ::close(fd_);

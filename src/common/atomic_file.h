@@ -6,6 +6,12 @@
 // point therefore leaves either the old destination or the new one, plus at worst a stale
 // `.NAME.zckpt-tmp-*` temporary.
 //
+// Only a regular file is ever replaced: a destination that is a directory, FIFO, socket or device
+// node is refused (Error(kInvalidArgument), exit code 2 in the CLI) before anything is created,
+// and again just before the rename. A symbolic link is refused too: renaming over it would
+// replace the link itself with a regular file, silently cutting whatever pointed through it
+// (write to the link's target instead).
+//
 // Stale temporaries are removed by the next AtomicFile for the same destination, without ever
 // touching a live writer's: every writer holds an exclusive flock(2) on its temporary for its
 // whole life (taken right after the O_CREAT|O_EXCL create, kept until after the rename or
@@ -27,6 +33,8 @@ inline constexpr int kStaleTempSeconds = 5;
 
 class AtomicFile {
  public:
+  // Error(kInvalidArgument) naming the destination when it exists and is not a regular file
+  // (a symbolic link included); Error(kIo) when the temporary cannot be created.
   explicit AtomicFile(const std::string& destination);
   ~AtomicFile();  // aborts (unlinks the temporary) unless committed
   AtomicFile(const AtomicFile&) = delete;

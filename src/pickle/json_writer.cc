@@ -4,23 +4,34 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/utf8.h"
+
 namespace zckpt::pickle {
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out.push_back(ch);  // UTF-8 passes through
-    }
-  }
+  char buf[8];
+  ForEachUtf8(
+      s,
+      [&](uint32_t cp, std::string_view bytes) {
+        if (cp == '"') out += "\\\"";
+        else if (cp == '\\') out += "\\\\";
+        else if (cp == '\n') out += "\\n";
+        else if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F)) {
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));  // C0, DEL, C1 controls
+          out += buf;
+        } else {
+          out.append(bytes);  // valid UTF-8 passes through
+        }
+      },
+      [&](uint8_t byte) {
+        // Not UTF-8 (names are bytes in a file): the byte as a lone low surrogate U+DC80-U+DCFF,
+        // Python's "surrogateescape" (json.loads(...).encode("utf-8", "surrogateescape") gives
+        // the bytes back). Valid JSON text; no valid UTF-8 decodes to a lone surrogate, so it is
+        // unambiguous.
+        std::snprintf(buf, sizeof buf, "\\udc%02x", byte);
+        out += buf;
+      });
   return out + "\"";
 }
 

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "printable.h"
+
 namespace zckpt::cli {
 
 std::string SelfDir() {
@@ -153,7 +155,8 @@ bool SameFile(const std::string& a, const std::string& b) {
 }
 
 int UsageError(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "zckpt %s: %s\nTry 'zckpt %s --help'.\n", command.c_str(), message.c_str(), command.c_str());
+  std::fprintf(stderr, "zckpt %s: %s\nTry 'zckpt %s --help'.\n", command.c_str(), Printable(message, true).c_str(),
+               command.c_str());
   return kExitCannotRun;
 }
 

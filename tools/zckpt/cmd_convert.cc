@@ -14,6 +14,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "convert_plan.h"
+#include "printable.h"
 #include "progress.h"
 #include "zckpt/convert.h"
 #include "zckpt/dcp.h"
@@ -123,7 +124,7 @@ int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, b
     }
     return kExitOk;
   } catch (const Error& e) {
-    std::fprintf(stderr, "zckpt convert: %s\n", e.what());
+    std::fprintf(stderr, "zckpt convert: %s\n", Printable(e.what(), true).c_str());
     return ExitCodeFor(e);
   }
 }

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "json_writer.h"
 #include "convert/source_kind.h"
+#include "printable.h"
 #include "progress.h"
 #include "zckpt/loader.h"
 
@@ -160,7 +161,7 @@ void PrintJson(const std::string& path, const Report& r) {
 void PrintText(const std::string& path, const Report& r) {
   double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
   const char* verb = r.mode == Mode::kMap ? "mapped" : r.mode == Mode::kInto ? "loaded in place" : "loaded";
-  std::printf("%s: %s %s (%llu tensors) to %s in %.3f s (%.3f s CPU), %.2f GB/s%s\n", path.c_str(), verb,
+  std::printf("%s: %s %s (%llu tensors) to %s in %.3f s (%.3f s CPU), %.2f GB/s%s\n", Printable(path).c_str(), verb,
               FormatBytes(r.bytes).c_str(), static_cast<unsigned long long>(r.tensors), r.device.c_str(), r.seconds,
               r.cpu_seconds, gbps, r.mode == Mode::kMap ? "" : r.stats.verified ? ", verified" : ", not verified");
   if (r.mode != Mode::kMap) {

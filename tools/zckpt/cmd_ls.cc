@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "json_writer.h"
+#include "printable.h"
 #include "progress.h"
 #include "pickle/safety.h"
 #include "pickle/torch_model.h"
@@ -23,7 +24,13 @@ constexpr const char* kHelp =
     "besides tensors: other objects (never run), numpy values, and the globals off zckpt's\n"
     "allowlist that convert, export and load refuse unless given --allow-global. Reads the index\n"
     "and the pickle only (no data).\n"
-    "--storages also lists every storage. Exit codes as for verify.\n";
+    "--storages also lists every storage. Exit codes as for verify.\n\n"
+    "Names, keys and values are the file's bytes, shown so that none can forge a line or drive\n"
+    "the terminal: text output escapes newlines and tabs (\\n \\t), other control characters and\n"
+    "bytes that are not UTF-8 (\\xNN), C1 and bidirectional controls (\\uXXXX), and a backslash\n"
+    "(\\\\). --json output is valid JSON whatever the bytes: a byte that is not UTF-8 is written as\n"
+    "the escape \\udcXX (U+DC00 + the byte, Python's \"surrogateescape\": in Python,\n"
+    "s.encode('utf-8', 'surrogateescape') gives the bytes back).\n";
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -120,7 +127,12 @@ void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
     for (int64_t d : t.stride) j.Int(d);
     j.EndArray().Key("storage").UInt(t.storage).Key("storage_offset").UInt(t.storage_offset);
     j.Key("bytes").UInt(TensorBytes(t)).Key("flags").String(FlagsString(t.flags));
-    if (!t.extra.empty()) j.Key("extra").Raw(t.extra);
+    // `extra` is JSON when zckpt wrote it; a forged file may hold anything there, which then
+    // goes out as a string, never spliced into the document.
+    if (!t.extra.empty()) {
+      if (IsJson(t.extra)) j.Key("extra").Raw(t.extra);
+      else j.Key("extra").String(t.extra);
+    }
     j.EndObject();
   }
   j.EndArray().Key("storages").BeginArray();
@@ -160,9 +172,30 @@ void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
   std::printf("%s\n", j.str().c_str());
 }
 
+// A name for a fixed-width column: escaped (Printable), then padded to `width` columns.
+std::string Column(std::string_view s, size_t width) {
+  std::string out = Printable(s);
+  if (out.size() < width) out.append(width - out.size(), ' ');
+  return out;
+}
+
+// A metadata value for one line: NUL-separated lists (zckpt.source.records) joined by ", ",
+// every part escaped.
+std::string MetadataValue(std::string_view v) {
+  std::string out;
+  size_t start = 0;
+  while (start < v.size()) {
+    size_t nul = v.find('\0', start);
+    size_t end = nul == std::string_view::npos ? v.size() : nul;
+    out += (out.empty() ? "" : ", ") + Printable(v.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 void PrintText(const Container& c, const Stats& st, bool storages, const PickleSummary& ps) {
   const auto& sb = c.superblock();
-  std::printf("%s: zckpt %u.%u, %s, chunk %s, alignment %u B (>= %s: %u B)\n", c.path().c_str(), sb.major, sb.minor,
+  std::printf("%s: zckpt %u.%u, %s, chunk %s, alignment %u B (>= %s: %u B)\n", Printable(c.path()).c_str(), sb.major, sb.minor,
               FormatBytes(c.file_bytes()).c_str(), FormatBytes(sb.chunk_bytes).c_str(), sb.small_alignment,
               FormatBytes(sb.large_threshold).c_str(), sb.large_alignment);
   double ratio = st.stored ? static_cast<double>(st.raw) / static_cast<double>(st.stored) : 1.0;
@@ -172,7 +205,7 @@ void PrintText(const Container& c, const Stats& st, bool storages, const PickleS
   std::printf("\n%-48s %-16s %-20s %12s  %s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "FLAGS");
   for (uint32_t i = 0; i < c.tensor_count(); ++i) {
     TensorInfo t = c.tensor(i);
-    std::printf("%-48.*s %-16s %-20s %12llu  %s\n", static_cast<int>(t.name.size()), t.name.data(),
+    std::printf("%s %-16s %-20s %12llu  %s\n", Column(t.name, 48).c_str(),
                 std::string(DTypeName(t.dtype)).c_str(), ShapeString(t.shape).c_str(),
                 static_cast<unsigned long long>(TensorBytes(t)), FlagsString(t.flags).c_str());
   }
@@ -180,8 +213,8 @@ void PrintText(const Container& c, const Stats& st, bool storages, const PickleS
     std::printf("\n%-12s %-10s %-10s %14s %8s %14s\n", "STORAGE", "LOCATION", "DTYPE", "BYTES", "CHUNKS", "OFFSET");
     for (uint32_t i = 0; i < c.storage_count(); ++i) {
       StorageInfo s = c.storage(i);
-      std::printf("%-12.*s %-10.*s %-10s %14llu %8llu %14llu\n", static_cast<int>(s.key.size()), s.key.data(),
-                  static_cast<int>(s.location.size()), s.location.data(), std::string(DTypeName(s.dtype)).c_str(),
+      std::printf("%s %s %-10s %14llu %8llu %14llu\n", Column(s.key, 12).c_str(), Column(s.location, 10).c_str(),
+                  std::string(DTypeName(s.dtype)).c_str(),
                   static_cast<unsigned long long>(s.raw_bytes), static_cast<unsigned long long>(s.chunk_count),
                   static_cast<unsigned long long>(s.data_offset));
     }
@@ -190,30 +223,28 @@ void PrintText(const Container& c, const Stats& st, bool storages, const PickleS
     std::printf("\nBLOBS\n");
     for (uint32_t i = 0; i < c.blob_count(); ++i) {
       BlobInfo b = c.blob(i);
-      std::printf("  %-40.*s %llu B\n", static_cast<int>(b.name.size()), b.name.data(),
-                  static_cast<unsigned long long>(b.bytes));
+      std::printf("  %s %llu B\n", Column(b.name, 40).c_str(), static_cast<unsigned long long>(b.bytes));
     }
   }
-  if (!ps.error.empty()) std::printf("\nOBJECT PICKLE: not readable by zckpt's interpreter: %s\n", ps.error.c_str());
+  if (!ps.error.empty())
+    std::printf("\nOBJECT PICKLE: not readable by zckpt's interpreter: %s\n", Printable(ps.error).c_str());
   if (!ps.model.opaque_globals.empty() || !ps.model.numpy.empty()) {
     std::printf("\nOTHER OBJECTS (kept in the pickle, never executed)\n");
     for (const auto& g : ps.model.opaque_globals)
-      std::printf("  %-48s x%llu\n", g.name.c_str(), static_cast<unsigned long long>(g.count));
+      std::printf("  %s x%llu\n", Column(g.name, 48).c_str(), static_cast<unsigned long long>(g.count));
     for (const auto& v : ps.model.numpy)
-      std::printf("  %-48s numpy %s %s\n", v.path.c_str(), v.scalar ? "scalar" : "array",
-                  (v.dtype + (v.scalar ? "" : " " + ShapeString(v.shape))).c_str());
+      std::printf("  %s numpy %s %s\n", Column(v.path, 48).c_str(), v.scalar ? "scalar" : "array",
+                  Printable(v.dtype + (v.scalar ? "" : " " + ShapeString(v.shape))).c_str());
   }
   if (!ps.off_allowlist.empty()) {
     std::printf("\nGLOBALS OFF THE ALLOWLIST (convert, export and load need --allow-global for each)\n");
-    for (const auto& g : ps.off_allowlist) std::printf("  %s\n", g.c_str());
+    for (const auto& g : ps.off_allowlist) std::printf("  %s\n", Printable(g).c_str());
   }
   if (c.metadata_count()) {
     std::printf("\nMETADATA\n");
     for (uint32_t i = 0; i < c.metadata_count(); ++i) {
       auto [k, v] = c.metadata(i);
-      std::string value(v);  // one line per entry: multi-line values (record lists) get ", "
-      for (size_t p; (p = value.find('\n')) != std::string::npos;) value.replace(p, 1, ", ");
-      std::printf("  %.*s = %s\n", static_cast<int>(k.size()), k.data(), value.c_str());
+      std::printf("  %s = %s\n", Printable(k).c_str(), MetadataValue(v).c_str());  // one line per entry
     }
   }
 }

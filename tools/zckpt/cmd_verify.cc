@@ -15,6 +15,7 @@
 #include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "json_writer.h"
+#include "printable.h"
 #include "progress.h"
 #include "zckpt/container.h"
 #include "zckpt/dcp.h"
@@ -208,13 +209,15 @@ int RunVerify(const Argv& argv) {
         std::printf("%s: OK (%s, %.3f s)\n", path.c_str(), r.dcp.c_str(), r.seconds);
       } else if (!quiet) {
         double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
-        std::printf("%s: OK (%s in %.3f s, %.2f GB/s)\n", path.c_str(), FormatBytes(r.bytes).c_str(), r.seconds, gbps);
+        std::printf("%s: OK (%s in %.3f s, %.2f GB/s)\n", Printable(path).c_str(), FormatBytes(r.bytes).c_str(),
+                    r.seconds, gbps);
       }
     } else {
       const char* what = r.code == kExitBad ? "CORRUPT" : "ERROR";
-      std::printf("%s: %s\n", path.c_str(), what);
+      std::printf("%s: %s\n", Printable(path).c_str(), what);
       std::fflush(stdout);
-      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", p.c_str());
+      // One line per problem: a name in a message cannot start a line of its own.
+      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", Printable(p).c_str());
     }
     std::fflush(stdout);
   };

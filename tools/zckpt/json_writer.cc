@@ -1,14 +1,119 @@
 #include "json_writer.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
+#include "common/utf8.h"
 #include "pickle/json_writer.h"
 
 namespace zckpt::cli {
 
 // One escaping rule for every JSON zckpt writes: the pickle layer's (tensors' `extra`).
 std::string JsonEscape(std::string_view s) { return pickle::JsonString(s); }
+
+namespace {
+
+// A recursive-descent check of RFC 8259's grammar (no values are built).
+class JsonChecker {
+ public:
+  explicit JsonChecker(std::string_view s) : s_(s) {}
+  bool Document() {
+    Space();
+    if (!Value(0)) return false;
+    Space();
+    return i_ == s_.size();
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+  bool More() const { return i_ < s_.size(); }
+  char Peek() const { return More() ? s_[i_] : '\0'; }
+  void Space() {
+    while (More() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  bool Literal(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+  bool Digits() {
+    size_t start = i_;
+    while (More() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+    return i_ > start;
+  }
+  bool Number() {
+    if (Peek() == '-') ++i_;
+    if (Peek() == '0') ++i_;
+    else if (!Digits()) return false;
+    if (Peek() == '.' && (++i_, !Digits())) return false;
+    if (Peek() == 'e' || Peek() == 'E') {
+      ++i_;
+      if (Peek() == '+' || Peek() == '-') ++i_;
+      if (!Digits()) return false;
+    }
+    return true;
+  }
+  bool String() {
+    ++i_;  // the opening quote
+    while (More()) {
+      uint32_t cp;
+      size_t n = DecodeUtf8(s_, i_, &cp);
+      if (n == 0 || cp < 0x20) return false;
+      i_ += n;
+      if (cp == '"') return true;
+      if (cp != '\\') continue;
+      char e = Peek();
+      ++i_;
+      if (e == 'u') {
+        for (int k = 0; k < 4; ++k, ++i_)
+          if (!More() || !std::isxdigit(static_cast<unsigned char>(s_[i_]))) return false;
+      } else if (std::string_view("\"\\/bfnrt").find(e) == std::string_view::npos || e == '\0') {
+        return false;
+      }
+    }
+    return false;
+  }
+  bool Value(int depth) {
+    switch (Peek()) {
+      case '{': return Container('}', depth, true);
+      case '[': return Container(']', depth, false);
+      case '"': return String();
+      case 't': return Literal("true");
+      case 'f': return Literal("false");
+      case 'n': return Literal("null");
+      default: return Number();
+    }
+  }
+  bool Container(char close, int depth, bool object) {
+    if (depth >= kMaxDepth) return false;
+    ++i_;
+    Space();
+    if (Peek() == close) return ++i_, true;
+    for (;;) {
+      if (object) {
+        if (Peek() != '"' || !String()) return false;
+        Space();
+        if (Peek() != ':') return false;
+        ++i_;
+        Space();
+      }
+      if (!Value(depth + 1)) return false;
+      Space();
+      if (Peek() == close) return ++i_, true;
+      if (Peek() != ',') return false;
+      ++i_;
+      Space();
+    }
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+bool IsJson(std::string_view s) { return JsonChecker(s).Document(); }
 
 void JsonWriter::Separate() {
   if (after_key_) {

@@ -34,4 +34,9 @@ class JsonWriter {
 
 std::string JsonEscape(std::string_view s);
 
+// True when `s` is exactly one JSON value (RFC 8259; objects and arrays nested at most 64 deep,
+// strings valid UTF-8 without raw control characters), surrounding whitespace allowed: what may
+// go into a document through JsonWriter::Raw.
+bool IsJson(std::string_view s);
+
 }  // namespace zckpt::cli

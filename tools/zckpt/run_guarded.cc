@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "printable.h"
 
 namespace zckpt::cli {
 
@@ -11,10 +12,11 @@ int RunGuarded(const char* name, int (*run)(const Argv&), const Argv& args) {
   try {
     return run(args);
   } catch (const Error& e) {
-    std::fprintf(stderr, "zckpt %s: %s\n", name, e.what());
+    // Messages quote names from files: escaped, but several lines on purpose stay several lines.
+    std::fprintf(stderr, "zckpt %s: %s\n", name, Printable(e.what(), /*keep_newlines=*/true).c_str());
     return ExitCodeFor(e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zckpt %s: internal error: %s\n", name, e.what());
+    std::fprintf(stderr, "zckpt %s: internal error: %s\n", name, Printable(e.what(), true).c_str());
     return kExitCannotRun;
   }
 }
