@@ -21,16 +21,6 @@ namespace zckpt::fuzz {
 
 namespace {
 
-uint64_t Load64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-void Store64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
 bool Inside(const uint8_t* base, size_t size, const uint8_t* p, uint64_t n) {
   if (n == 0) return true;
   if (p < base) return false;
@@ -39,17 +29,6 @@ bool Inside(const uint8_t* base, size_t size, const uint8_t* p, uint64_t n) {
 }
 
 }  // namespace
-
-void ResealContainer(uint8_t* data, size_t size) {
-  if (size < format::kSuperblockBytes + format::kFooterBytes) return;
-  Store64(data + format::kSuperblockChecksumOffset, format::Checksum(data, format::kSuperblockChecksumOffset));
-  uint8_t* footer = data + size - format::kFooterBytes;
-  Store64(footer + 24, size);
-  uint64_t index_offset = Load64(footer), index_bytes = Load64(footer + 8);
-  if (index_offset <= size && index_bytes <= size - index_offset)
-    Store64(footer + 16, format::Checksum(data + index_offset, index_bytes));
-  Store64(footer + format::kFooterChecksumOffset, format::Checksum(footer, format::kFooterChecksumOffset));
-}
 
 void FuzzContainer(const uint8_t* data, size_t size) {
   std::unique_ptr<Container> c;
@@ -187,11 +166,8 @@ ZCKPT_FUZZ_ENTRY(zckpt::fuzz::FuzzContainer)
 #ifndef ZCKPT_FUZZ_NO_ENTRY
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
-// libFuzzer's mutations, then (7 times out of 8) the checksums fixed up, so most inputs reach the
-// index rules instead of stopping at a checksum; the other eighth keeps the checksum paths fuzzed.
+// Mutations that reach past the checksums (container_mutator.cc).
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-  size = LLVMFuzzerMutate(data, size, max_size);
-  if (seed % 8 != 0) zckpt::fuzz::ResealContainer(data, size);
-  return size;
+  return zckpt::fuzz::MutateContainer(data, size, max_size, seed, LLVMFuzzerMutate);
 }
 #endif

@@ -23,11 +23,21 @@ void FuzzPickle(const uint8_t* data, size_t size);
 void FuzzPtArchive(const uint8_t* data, size_t size);
 void FuzzConvert(const uint8_t* data, size_t size);
 
-// Recomputes what a random mutation of a container breaks first, so a mutated input gets past
-// the checksums to the structural rules behind them: the superblock checksum, the footer's
-// file_bytes (set to `size`), index checksum (when the index range lies inside) and checksum.
-// fuzz_container's custom mutator applies it to 7 mutations out of 8.
+// fuzz_container's custom mutator (container_mutator.cc), usable outside libFuzzer too.
+// ResealContainer recomputes the superblock checksum, the footer's file_bytes (set to `size`),
+// index checksum (when the index range lies inside) and checksum. ResealContainerData first
+// recomputes every chunk's stored and raw checksums (raw: zstd frames up to 1 MiB decoded) and
+// every blob's checksum that it can locate in the (possibly mutated) index, so a mutant gets past
+// every checksum to the structural and data rules behind them. MutateContainerField sets one
+// field of one record (or of the superblock, or a string pool byte) to a boundary value; false
+// when no index can be located. MutateContainer: 1 time in 16 `mutate_bytes` alone (checksum paths
+// stay fuzzed), else a byte mutation (6 in 16) or a field mutation (9 in 16), then
+// ResealContainerData.
 void ResealContainer(uint8_t* data, size_t size);
+void ResealContainerData(uint8_t* data, size_t size);
+bool MutateContainerField(uint8_t* data, size_t size, uint64_t seed);
+size_t MutateContainer(uint8_t* data, size_t size, size_t max_size, unsigned seed,
+                       size_t (*mutate_bytes)(uint8_t*, size_t, size_t));
 
 // Sizes above this are not decoded by the targets (a forged chunk may claim up to 1 GiB of raw
 // bytes legitimately; allocating that per input would only measure the allocator).
