@@ -39,6 +39,19 @@ std::string CheckFrameHeader(const uint8_t* stored, uint64_t stored_bytes, uint6
 
 }  // namespace
 
+struct Xxh3Stream::State {
+  XXH3_state_t* state = XXH3_createState();
+  ~State() { XXH3_freeState(state); }
+};
+
+Xxh3Stream::Xxh3Stream() : s_(std::make_unique<State>()) {
+  if (s_->state == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(s_->state);
+}
+Xxh3Stream::~Xxh3Stream() = default;
+void Xxh3Stream::Update(const void* p, size_t n) { XXH3_64bits_update(s_->state, p, n); }
+uint64_t Xxh3Stream::Digest() const { return XXH3_64bits_digest(s_->state); }
+
 std::string ChecksumMismatch(const char* what, uint64_t expected, uint64_t got) {
   char buf[128];
   std::snprintf(buf, sizeof buf, "%s checksum mismatch (index says %016llx, bytes hash to %016llx)", what,

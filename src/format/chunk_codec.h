@@ -29,6 +29,22 @@ bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>
 // is bad. Uses a per-thread ZstdChunkChecker writing straight into dst (no window copy).
 std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes);
 
+// XXH3-64 over bytes fed in pieces; the state is freed however the scope ends (a read that
+// throws half way included).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void Update(const void* p, size_t n);
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
 // Decodes a zstd chunk fed in pieces through a small window, hashing the output, so checking a
 // chunk needs memory independent of its size.
 // "<what> checksum mismatch (index says 0123..., bytes hash to 4567...)".

@@ -3,8 +3,6 @@
 // decode records from that copy without checks of their own.
 #include "zckpt/container.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -161,18 +159,6 @@ std::vector<uint8_t>& ThreadScratch() {
   return scratch;
 }
 
-// XXH3 of [p, p+n) and an XXH3 state that is freed however the scope ends.
-struct HashState {
-  XXH3_state_t* s = XXH3_createState();
-  HashState() {
-    if (s == nullptr) throw std::bad_alloc();
-    XXH3_64bits_reset(s);
-  }
-  ~HashState() { XXH3_freeState(s); }
-  HashState(const HashState&) = delete;
-  HashState& operator=(const HashState&) = delete;
-};
-
 }  // namespace
 
 std::vector<uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
@@ -196,15 +182,15 @@ void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
       if (!check) return;
       got = format::Checksum(out, c.raw_bytes);
     } else {
-      std::optional<HashState> h;
+      std::optional<format::internal::Xxh3Stream> h;
       if (check) h.emplace();
       for (uint64_t at = 0; at < c.raw_bytes; at += kHashPiece) {
         uint64_t n = std::min(kHashPiece, c.raw_bytes - at);
         file_->ReadAt(c.offset + at, n, out + at);
-        if (check) XXH3_64bits_update(h->s, out + at, n);
+        if (check) h->Update(out + at, n);
       }
       if (!check) return;
-      got = XXH3_64bits_digest(h->s);
+      got = h->Digest();
     }
     if (got != c.stored_checksum) fail(format::internal::ChecksumMismatch("stored", c.stored_checksum, got));
     return;

@@ -64,7 +64,10 @@ constexpr const char* kHelpHead =
 constexpr const char* kHelpTail =
     "  -q, --quiet            no per-file summary\n\n"
     "Nothing appears at a destination unless its conversion completes (temporary file, fsync,\n"
-    "rename). Storage locations such as cuda:0 are recorded, never acted on.\n\n"
+    "rename). Even with --force only a regular file is replaced: a FIFO, device node, directory\n"
+    "or symbolic link at a destination is refused and left alone (exit 2; write to a link's\n"
+    "target instead). A source that is not a regular file (a FIFO, a device) is refused, never\n"
+    "read from. Storage locations such as cuda:0 are recorded, never acted on.\n\n"
     "Exit codes:\n"
     "  0  every file converted (or copied)\n"
     "  1  a source is corrupt or unsafe (malformed zip, pickle or safetensors header; a pickle\n"
