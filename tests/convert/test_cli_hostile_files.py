@@ -120,7 +120,7 @@ def test_fifo_source_is_refused_without_blocking(zckpt, fifo, tmp_path, command)
 
 
 def test_directory_source_is_refused(zckpt, tmp_path):
-    run = zckpt("verify", tmp_path)
+    run = zckpt("ls", tmp_path)  # (verify takes a folder: the containers below it)
     assert run.rc == 2 and "not a regular file (a directory)" in run.err, run.text
 
 
@@ -155,18 +155,22 @@ def _destinations(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["convert", "export"])
-def test_non_regular_destination_is_refused_and_untouched(zckpt, small, tmp_path, command):
+@pytest.mark.parametrize("force", [False, True])
+def test_non_regular_destination_is_refused_and_untouched(zckpt, small, tmp_path, command, force):
+    """Without --force an existing destination is refused as existing; with --force too, since
+    only a regular file is ever replaced."""
     pt, container = small
     work = tmp_path / "work"
     work.mkdir()
     for kind, (dest, unchanged) in _destinations(work).items():
         before = sorted(os.listdir(work))
         src = pt if command == "convert" else container
-        run = zckpt(command, src, "-o", dest, timeout=120)
+        run = zckpt(command, src, "-o", dest, *(["--force"] if force else []), timeout=120)
         assert run.rc == 2, f"{kind}: {run.text}"
         assert str(dest) in run.err, run.err
-        expected = "symbolic link" if "symlink" in kind else "not a regular file"
-        assert expected in run.err, f"{kind}: {run.err}"
+        if force:
+            expected = "symbolic link" if "symlink" in kind else "not a regular file"
+            assert expected in run.err, f"{kind}: {run.err}"
         assert unchanged(), f"{command} -o {kind} changed it"
         assert sorted(os.listdir(work)) == before, f"{kind}: left {sorted(os.listdir(work))}"
 
@@ -175,7 +179,7 @@ def test_regular_destination_is_still_replaced(zckpt, small, tmp_path):
     pt, container = small
     dest = tmp_path / "x.pt"
     dest.write_bytes(b"old")
-    zckpt.ok("export", container, "-o", dest)
+    zckpt.ok("export", container, "-o", dest, "--force")
     assert torch.equal(torch.load(dest)["w"], torch.arange(24.0).reshape(4, 6))
 
 
