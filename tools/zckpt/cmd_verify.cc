@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "common/open_file.h"
 #include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "json_writer.h"
@@ -118,13 +119,16 @@ FileResult VerifyDcp(const std::string& dir, unsigned threads, ProgressStyle pro
 }
 
 bool HasContainerMagic(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
+  struct stat st;
+  FileDescriptor fd;
+  try {
+    fd = OpenRegularFile(path.string(), &st);  // a FIFO or device node in the folder is not opened
+  } catch (const Error&) {
+    return false;
+  }
   uint8_t head[sizeof format::kSuperblockMagic];
-  bool yes = ::read(fd, head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
-             std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
-  ::close(fd);
-  return yes;
+  return ::read(fd.get(), head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
+         std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
 }
 
 // What a PATH stands for: itself, or for a folder every container below it, sorted, a DCP folder
