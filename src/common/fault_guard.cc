@@ -65,22 +65,28 @@ void Install() {
 
 }  // namespace
 
-bool GuardedCopy(void* dst, const void* src, size_t n) {
-  if (n == 0) return true;
+bool GuardedCall(const void* begin, size_t n, void (*fn)(void*), void* ctx) {
   Install();
   Guard guard;
-  guard.begin = static_cast<const char*>(src);
+  guard.begin = static_cast<const char*>(begin);
   guard.end = guard.begin + n;
+  Guard* const outer = t_guard;  // a guard inside a guard gives the outer one back after
   if (sigsetjmp(guard.jump, 0) != 0) {
-    t_guard = nullptr;
+    t_guard = outer;
     return false;
   }
   t_guard = &guard;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // the guard is up before the first byte is read
-  std::memcpy(dst, src, n);
+  fn(ctx);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  t_guard = nullptr;
+  t_guard = outer;
   return true;
+}
+
+bool GuardedCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return true;
+  auto copy = [&] { std::memcpy(dst, src, n); };
+  return Guarded(src, n, copy);
 }
 
 }  // namespace zckpt
