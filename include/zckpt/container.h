@@ -6,8 +6,9 @@
 // twice: the superblock, footer and index are read once (pread) into memory of the Container's
 // own, validated there, and every later bound (a chunk's offset and sizes, a tensor's shape and
 // offset, a storage's extent) comes from that copy. Data bytes are read with pread into the
-// caller's (or a private) buffer and checked there, so what is checked is what is delivered, and
-// a file that shrank gives Error(kIo) naming it, never a SIGBUS.
+// caller's (or a private) buffer and checked there, so what is checked is what is delivered
+// (Verify, which delivers nothing, reads the mapping under a SIGBUS guard), and a file that
+// shrank gives Error(kIo) naming it, never a SIGBUS.
 #pragma once
 
 #include <atomic>
@@ -103,10 +104,10 @@ class Container {
   const format::Superblock& superblock() const { return superblock_; }
   const format::Footer& footer() const { return footer_; }
   const MappedFile& file() const { return *file_; }
-  // The file as mapped at open. No check of zckpt reads it (checks read through file().ReadAt
-  // into private memory): another process may rewrite these bytes, or truncate the file so that
-  // touching them raises SIGBUS. For zero-copy views whose user accepts that (the loader's mmap
-  // method copies out of it with GuardedCopy; tests).
+  // The file as mapped at open. Another process may rewrite these bytes, or truncate the file so
+  // that touching them raises SIGBUS: zckpt reads it only under a SIGBUS guard (Verify, the
+  // loader's mmap method: common/fault_guard.h) and never checks a byte here then uses it again.
+  // For zero-copy views whose user accepts that (tests).
   const uint8_t* data() const;
   // The private copy of the index the accessors decode (index_bytes() long, then the padding
   // before the footer).
@@ -149,10 +150,10 @@ class Container {
   std::string DescribeChunk(uint64_t i) const;
 
   // Everything spec §7 "Verification" lists, in parallel; collects every problem (each bad chunk,
-  // each bad blob, each gap holding a nonzero byte), sorted by file offset. The data region is
-  // read with pread into per-thread buffers; a chunk's checksum and its zstd decoder read the same
-  // copy. Throws Error(kCancelled), Error(kIo) when the file shrank or a read failed (or
-  // std::bad_alloc); a damaged data region is reported, not thrown.
+  // each bad blob, each gap holding a nonzero byte), sorted by file offset. Every byte is read
+  // once, from the mapping under a SIGBUS guard (a zstd chunk from a private copy that its
+  // checksum and its decoder both read). Throws Error(kCancelled), Error(kIo) naming the file when
+  // it shrank meanwhile (or std::bad_alloc); a damaged data region is reported, not thrown.
   VerifyReport Verify(const VerifyOptions& options = {}) const;
 
  private:
