@@ -73,6 +73,13 @@ bool GuardedCall(const void* begin, size_t n, void (*fn)(void*), void* ctx) {
   Guard* const outer = t_guard;  // a guard inside a guard gives the outer one back after
   if (sigsetjmp(guard.jump, 0) != 0) {
     t_guard = outer;
+    // SA_NODEFER kept SIGBUS unblocked in the handler, but a sanitizer's wrapper around it (TSan)
+    // may have blocked it: unblock it here, or the next fault of this thread would kill the
+    // process. (Only on this path: saving the mask in sigsetjmp costs a system call per call.)
+    sigset_t bus;
+    sigemptyset(&bus);
+    sigaddset(&bus, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
     return false;
   }
   t_guard = &guard;

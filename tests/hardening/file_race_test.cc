@@ -25,6 +25,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/fault_guard.h"
+#include "common/mapped_file.h"
+#include "format/bytes.h"
 #include "hardening_util.h"
 #include "loader/plan.h"
 #include "loader/stream.h"
@@ -56,6 +59,31 @@ void Truncate(const std::string& path, uint64_t size) { ASSERT_EQ(::truncate(pat
 bool RaceKind(ErrorKind k) { return k == ErrorKind::kIo || k == ErrorKind::kCorrupt || k == ErrorKind::kNotContainer; }
 
 const ReadMethod kMethods[] = {ReadMethod::kPread, ReadMethod::kMmap, ReadMethod::kDirect};
+
+// --- the SIGBUS guard itself ---
+
+// Each fault is turned into `false`, again and again on the same thread and on others (a handler
+// left blocked after the first would let the second kill the process), and memory that does not
+// fault is copied as usual.
+TEST(FileRace, GuardedCopyTurnsEverySigbusIntoFalse) {
+  RaceSample sample;
+  MappedFile m(sample.path);
+  std::vector<uint8_t> head(4096), tail(4096);
+  Truncate(sample.path, 8192);
+  EXPECT_TRUE(GuardedCopy(head.data(), m.data(), head.size()));
+  const std::vector<uint8_t> left = testing::ReadFileBytes(sample.path);
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), left.begin()));
+  const uint8_t* gone = m.data() + m.size() - 4096;
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(GuardedCopy(tail.data(), gone, tail.size())) << "try " << i;
+  std::thread other([&] {
+    for (int i = 0; i < 3; ++i) EXPECT_FALSE(GuardedCopy(tail.data(), gone, tail.size())) << "other thread, try " << i;
+  });
+  other.join();
+  bool zero = false;
+  auto test = [&] { zero = format::internal::AllZero(gone, 4096); };
+  EXPECT_FALSE(Guarded(gone, 4096, test));
+  EXPECT_TRUE(GuardedCopy(head.data(), m.data(), head.size()));
+}
 
 // --- deterministic: the file shrank after it was opened ---
 
