@@ -127,7 +127,7 @@ std::vector<std::string> ObjectPickleProblems(const Container& c) {
   describe.globals = pickle::GlobalPolicy::kDenyListOnly;
   pickle::TorchPickle model;
   try {
-    std::span<const uint8_t> bytes = c.CheckedBlobBytes(*blob);
+    std::vector<uint8_t> bytes = c.CheckedBlobBytes(*blob);
     model = pickle::InterpretTorchPickle(pickle::Unpickle(bytes, describe.Unpickle()));
   } catch (const Error& e) {
     // Damaged, malformed or refused is a finding; anything else (an unsupported dtype) means

@@ -34,7 +34,9 @@ struct PickleReadOptions {
 };
 
 struct ObjectPickle {
-  std::span<const uint8_t> bytes;  // the blob, checked against its XXH3 (a view of the mapping)
+  // The blob, read once into memory of its own and checked against its XXH3: what is vetted,
+  // interpreted and exported is this copy, whatever the file holds by now.
+  std::vector<uint8_t> bytes;
   pickle::UnpickleResult tree;
   pickle::TorchPickle model;
 };
