@@ -20,15 +20,15 @@ bool Invisible(uint32_t cp) {
 
 }  // namespace
 
-std::string Printable(std::string_view s, bool keep_newlines) {
+std::string Printable(std::string_view s, bool message) {
   std::string out;
   out.reserve(s.size());
   char buf[16];
   ForEachUtf8(
       s,
       [&](uint32_t cp, std::string_view bytes) {
-        if (cp == '\\') out += "\\\\";
-        else if (cp == '\n') out += keep_newlines ? "\n" : "\\n";
+        if (cp == '\\') out += message ? "\\" : "\\\\";
+        else if (cp == '\n') out += message ? "\n" : "\\n";
         else if (cp == '\r') out += "\\r";
         else if (cp == '\t') out += "\\t";
         else if (cp < 0x20 || cp == 0x7F) {

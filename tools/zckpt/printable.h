@@ -13,8 +13,9 @@ namespace zckpt::cli {
 
 // `s` with these escaped: backslash as "\\"; newline, carriage return, tab as \n \r \t; other
 // C0 controls and DEL as \xNN; bytes that are not UTF-8 as \xNN; C1 controls, line/paragraph
-// separators and bidirectional controls as \uXXXX. With `keep_newlines`, '\n' passes through
-// (messages that are several lines on purpose); everything else is escaped as above.
-std::string Printable(std::string_view s, bool keep_newlines = false);
+// separators and bidirectional controls as \uXXXX. With `message` (an error message, several
+// lines on purpose, read by a person): '\n' and backslashes pass through, everything else is
+// escaped as above, so no name quoted in it can drive the terminal.
+std::string Printable(std::string_view s, bool message = false);
 
 }  // namespace zckpt::cli

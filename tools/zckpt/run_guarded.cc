@@ -13,7 +13,7 @@ int RunGuarded(const char* name, int (*run)(const Argv&), const Argv& args) {
     return run(args);
   } catch (const Error& e) {
     // Messages quote names from files: escaped, but several lines on purpose stay several lines.
-    std::fprintf(stderr, "zckpt %s: %s\n", name, Printable(e.what(), /*keep_newlines=*/true).c_str());
+    std::fprintf(stderr, "zckpt %s: %s\n", name, Printable(e.what(), /*message=*/true).c_str());
     return ExitCodeFor(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zckpt %s: internal error: %s\n", name, Printable(e.what(), true).c_str());
