@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mapped_file.h"
 #include "common/open_file.h"
 #include "zckpt/error.h"
 
@@ -221,6 +223,20 @@ void AtomicFile::Abort() {
   ::unlink(temp_path_.c_str());  // still locked: no cleaner races this
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+}
+
+void CopyFileAtomically(const std::string& from, const std::string& to) {
+  MappedFile in(from);  // only its descriptor is read (ReadAt), the mapping stays untouched
+  AtomicFile out(to);
+  std::vector<uint8_t> piece;
+  constexpr uint64_t kPiece = 4ull << 20;
+  for (uint64_t off = 0; off < in.size(); off += kPiece) {
+    uint64_t n = std::min<uint64_t>(kPiece, in.size() - off);
+    piece.resize(n);
+    in.ReadAt(off, n, piece.data());
+    out.Write(piece.data(), n);
+  }
+  out.Commit();
 }
 
 }  // namespace zckpt

@@ -71,6 +71,11 @@ class AtomicFile {
   std::string buffer_;
 };
 
+// Copies the regular file `from` (OpenRegularFile: a FIFO or device is refused, never read) to
+// `to` through an AtomicFile, in pieces read with pread: a source that shrinks meanwhile is
+// Error(kIo) naming it, and nothing appears at `to`.
+void CopyFileAtomically(const std::string& from, const std::string& to);
+
 // Test hook: when set (>0), the Nth write(2) issued by any AtomicFile fails with EIO. Lets tests
 // inject a write error without a full disk. 0 disables.
 void SetAtomicFileFailAfterWrites(int n);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fault_guard.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -56,7 +57,9 @@ void MappedFile::ReadAt(uint64_t offset, uint64_t n, void* dst) const {
   if (n == 0) return;
   if (offset > size_ || n > size_ - offset) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset, offset + n));
   if (!owned_) {
-    std::memcpy(dst, data_ + offset, n);
+    // Caller-owned memory may itself be a slice of another file's mapping (a .distcp item read
+    // as its own archive): copied under the SIGBUS guard, so a truncation is this error too.
+    if (!GuardedCopy(dst, data_ + offset, n)) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset, offset + n));
     return;
   }
   auto* out = static_cast<uint8_t*>(dst);
@@ -70,6 +73,25 @@ void MappedFile::ReadAt(uint64_t offset, uint64_t n, void* dst) const {
     if (got == 0) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset + done, offset + n));
     done += static_cast<uint64_t>(got);
   }
+}
+
+void MappedFile::ReadView(std::span<const uint8_t> view, void* dst) const {
+  ReadAt(OffsetOf(view), view.size(), dst);
+}
+
+std::vector<uint8_t> MappedFile::CopyView(std::span<const uint8_t> view) const {
+  std::vector<uint8_t> out(view.size());
+  ReadView(view, out.data());
+  return out;
+}
+
+uint64_t MappedFile::OffsetOf(std::span<const uint8_t> view) const {
+  // Compared as addresses: a view of other memory is the caller's bug, not a short file.
+  auto at = reinterpret_cast<uintptr_t>(view.data()), base = reinterpret_cast<uintptr_t>(data_);
+  if (view.empty()) return 0;
+  if (at < base || at - base > size_ || view.size() > size_ - (at - base))
+    throw Error(ErrorKind::kInvalidArgument, path_ + ": a byte range that is not part of the file was asked for");
+  return at - base;
 }
 
 void MappedFile::AdviseSequential(uint64_t offset, uint64_t len) const {

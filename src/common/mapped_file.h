@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "common/open_file.h"
 
@@ -40,6 +42,10 @@ class MappedFile {
   // Error(kIo) naming the file and the byte range when the range is past size() or when fewer
   // bytes come back (the file shrank since it was opened), or on a read error.
   void ReadAt(uint64_t offset, uint64_t n, void* dst) const;
+  // ReadAt of the bytes a view of data() covers: how a parser that found a range in the mapping
+  // reads it privately (the bytes it then uses are the ones it read, once). CopyView returns them.
+  void ReadView(std::span<const uint8_t> view, void* dst) const;
+  std::vector<uint8_t> CopyView(std::span<const uint8_t> view) const;
 
   // Tells the kernel how [offset, offset+len) will be used (MADV_SEQUENTIAL / MADV_WILLNEED /
   // MADV_DONTNEED for the mapping; SEQUENTIAL also as posix_fadvise for ReadAt). Offsets are
@@ -51,6 +57,8 @@ class MappedFile {
   void Release(uint64_t offset, uint64_t len) const;
 
  private:
+  uint64_t OffsetOf(std::span<const uint8_t> view) const;
+
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;

@@ -1,7 +1,7 @@
-// zckpt convert: `.pt` or safetensors -> container. Reads the source through a mapping (never
-// whole into memory), interprets its pickle without running anything (a safetensors file gets
-// the pickle torch.save would write for its tensors), and streams every storage into a
-// ContainerWriter in bounded pieces, dropping source pages behind it.
+// zckpt convert: `.pt` or safetensors -> container. Finds the source's parts through a mapping
+// (never whole into memory), interprets its pickle without running anything (a safetensors file
+// gets the pickle torch.save would write for its tensors), and streams every storage into a
+// ContainerWriter in bounded pieces read with pread (a source that shrinks is an error naming it).
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -28,9 +28,9 @@ namespace zckpt {
 
 namespace {
 
-// Storage bytes are handed to the writer in pieces of this size, so progress and cancellation
-// are responsive on a multi-GiB tensor and source pages can be released behind the stream.
-constexpr uint64_t kPieceBytes = 64ull << 20;
+// Storage bytes are read and handed to the writer in pieces of this size, so progress and
+// cancellation are responsive on a multi-GiB tensor and memory stays one piece.
+constexpr uint64_t kPieceBytes = 16ull << 20;
 
 using convert::BaseName;
 
@@ -61,13 +61,19 @@ class Converter {
   }
 
  private:
-  // The archive's side of convert::ZipParts: records as views of the mapping, storages checked
-  // against the pickle's claim and streamed in pieces.
+  // The archive's side of convert::ZipParts: records read privately (the object pickle kept is
+  // the copy that was interpreted, not a second read of the file), storages checked against the
+  // pickle's claim and streamed in pieces.
   class ArchiveParts final : public convert::ZipParts {
    public:
-    ArchiveParts(Converter& c, const pt::TorchArchive& archive, const MappedFile& file)
-        : c_(c), archive_(archive), file_(file) {}
-    std::span<const uint8_t> Record(const std::string& name) override { return archive_.Record(name); }
+    ArchiveParts(Converter& c, const pt::TorchArchive& archive, const MappedFile& file,
+                 const std::vector<uint8_t>& object_pickle)
+        : c_(c), archive_(archive), file_(file), object_pickle_(object_pickle) {}
+    std::span<const uint8_t> Record(const std::string& name) override {
+      if (name == convert::kObjectPickleBlob) return object_pickle_;
+      last_ = archive_.RecordCopy(name);
+      return last_;
+    }
     void WriteStorage(const pickle::TorchStorage& s, ContainerWriter& writer) override {
       std::span<const uint8_t> bytes = archive_.StorageRecord(s.key);
       if (bytes.size() != s.nbytes) {
@@ -83,16 +89,19 @@ class Converter {
     Converter& c_;
     const pt::TorchArchive& archive_;
     const MappedFile& file_;
+    const std::vector<uint8_t>& object_pickle_;
+    std::vector<uint8_t> last_;
   };
 
   void ConvertZip(const std::shared_ptr<const MappedFile>& file) {
     stats_.source_format = "zip";
     pt::TorchArchive archive(file);
     CheckArchiveNames(archive);
-    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record(convert::kObjectPickleBlob), PickleOptions());
+    const std::vector<uint8_t> object_pickle = archive.RecordCopy(convert::kObjectPickleBlob);
+    pickle::UnpickleResult tree = pickle::Unpickle(object_pickle, PickleOptions());
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     BeginProgress(model.storages);
-    ArchiveParts parts(*this, archive, *file);
+    ArchiveParts parts(*this, archive, *file, object_pickle);
     convert::ZipCounts counts =
         convert::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts,
                                    ErrorKind::kCorrupt);  // the file's pickle names a record it lacks
@@ -124,11 +133,11 @@ class Converter {
       AddStorage(NewStorage{s.key, s.location, s.dtype, /*untyped=*/false}, bytes.subspan(s.data_offset, s.nbytes), file);
     }
     stats_.tensors = convert::AddTensorRecords(writer_, layout.model);
-    writer_.AddBlob(std::string(convert::kLegacyHeaderBlob), bytes.subspan(0, layout.header_end));
+    writer_.AddBlob(std::string(convert::kLegacyHeaderBlob), file.CopyView(bytes.subspan(0, layout.header_end)));
     writer_.AddBlob(std::string(convert::kObjectPickleBlob),
-                    bytes.subspan(layout.object_pickle_offset, layout.object_pickle_size));
+                    file.CopyView(bytes.subspan(layout.object_pickle_offset, layout.object_pickle_size)));
     if (layout.data_end < bytes.size())
-      writer_.AddBlob(std::string(convert::kLegacyTrailerBlob), bytes.subspan(layout.data_end));
+      writer_.AddBlob(std::string(convert::kLegacyTrailerBlob), file.CopyView(bytes.subspan(layout.data_end)));
     writer_.SetMetadata(std::string(convert::kKeyFormat), "legacy");
   }
 
@@ -162,7 +171,7 @@ class Converter {
     }
     stats_.tensors = convert::AddTensorRecords(writer_, model);
     writer_.AddBlob(std::string(convert::kObjectPickleBlob), pkl_bytes);
-    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), bytes.subspan(8, header.header_bytes));
+    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), file.CopyView(bytes.subspan(8, header.header_bytes)));
     writer_.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
     if (header.has_metadata)
       writer_.SetMetadata(std::string(convert::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));
@@ -184,13 +193,17 @@ class Converter {
     if (options_.progress) options_.progress(done_, total_);
   }
 
+  // `bytes` (a view of the source's mapping) is read piece by piece with pread into a buffer of
+  // ours (MappedFile::ReadView): the source's pages never count in RSS, and a source truncated
+  // meanwhile is Error(kIo) naming it, not SIGBUS.
   void AddStorage(const NewStorage& ns, std::span<const uint8_t> bytes, const MappedFile& file) {
     writer_.BeginStorage(ns, bytes.size());
     for (uint64_t off = 0; off < bytes.size(); off += kPieceBytes) {
       if (options_.cancel && options_.cancel->load()) throw Error(ErrorKind::kCancelled, "conversion cancelled");
       uint64_t n = std::min<uint64_t>(kPieceBytes, bytes.size() - off);
-      writer_.AppendStorage(bytes.subspan(off, n));
-      file.Release(static_cast<uint64_t>(bytes.data() + off - file.data()), n);
+      piece_.resize(std::max<uint64_t>(piece_.size(), n));
+      file.ReadView(bytes.subspan(off, n), piece_.data());
+      writer_.AppendStorage({piece_.data(), n});
       done_ += n;
       Report();
     }
@@ -203,6 +216,7 @@ class Converter {
   ContainerWriter writer_;
   ConvertStats stats_;
   uint64_t done_ = 0, total_ = 0;
+  std::vector<uint8_t> piece_;
 };
 
 }  // namespace

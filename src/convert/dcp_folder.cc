@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kPieceBytes = 64ull << 20;
+constexpr uint64_t kPieceBytes = 16ull << 20;  // read and written at a time
 
 std::string Dims(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -33,12 +33,6 @@ std::string Dims(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-void CopyPlainFile(const std::string& from, const std::string& to) {
-  MappedFile in(from);
-  AtomicFile out(to);
-  if (in.size()) out.Write(in.data(), in.size());
-  out.Commit();
-}
 
 // The chunk of `item` saved at `offsets`, nullptr when the metadata has none there.
 const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets) {
@@ -74,7 +68,7 @@ class DistcpConverter {
     std::set<std::string> names;
     uint64_t pos = 0;
     auto gap_to = [&](uint64_t end) {
-      if (end > pos) w.AddBlob(std::string(dcp::kGapBlob) + std::to_string(pos), {file->data() + pos, end - pos});
+      if (end > pos) w.AddBlob(std::string(dcp::kGapBlob) + std::to_string(pos), file->CopyView({file->data() + pos, end - pos}));
     };
     for (const pickle::DcpStorage* e : entries) {
       std::string range = source + " bytes [" + std::to_string(e->file_offset) + ", " +
@@ -95,18 +89,21 @@ class DistcpConverter {
         dcp::DistcpTensor t = dcp::ReadDistcpTensor(file, e->file_offset, e->length);
         std::string why = PieceMismatch(*item, *e, t.view.dtype, t.view.shape);
         if (!why.empty()) throw Error(ErrorKind::kCorrupt, range + ": " + why);
-        w.AddBlob(std::string(dcp::kHeadBlob) + at, {file->data() + e->file_offset, t.storage_begin - e->file_offset});
+        w.AddBlob(std::string(dcp::kHeadBlob) + at,
+                  file->CopyView({file->data() + e->file_offset, t.storage_begin - e->file_offset}));
         uint32_t storage = w.BeginStorage(NewStorage{at, t.storage.location, t.storage.dtype, t.storage.untyped},
                                           t.storage_end - t.storage_begin);
         for (uint64_t off = t.storage_begin; off < t.storage_end; off += kPieceBytes) {
           if (options_.cancel && options_.cancel->load()) throw Error(ErrorKind::kCancelled, "conversion cancelled");
           uint64_t n = std::min(kPieceBytes, t.storage_end - off);
-          w.AppendStorage({file->data() + off, n});
-          file->Release(off, n);
+          piece_.resize(std::max<uint64_t>(piece_.size(), n));
+          file->ReadAt(off, n, piece_.data());  // pread: a file that shrank is Error(kIo) naming it
+          w.AppendStorage({piece_.data(), n});
           if (options_.progress) options_.progress(done_ + off + n, total_);
         }
         w.EndStorage();
-        w.AddBlob(std::string(dcp::kTailBlob) + at, {file->data() + t.storage_end, e->file_offset + e->length - t.storage_end});
+        w.AddBlob(std::string(dcp::kTailBlob) + at,
+                  file->CopyView({file->data() + t.storage_end, e->file_offset + e->length - t.storage_end}));
         std::string tensor_name = dcp::PieceName(e->fqn, e->offset);
         for (int k = 1; !names.insert(tensor_name).second; ++k) tensor_name = dcp::PieceName(e->fqn, e->offset) + "#" + std::to_string(k);
         const pickle::DcpChunk* chunk = ChunkAt(*item, e->offset);
@@ -123,7 +120,8 @@ class DistcpConverter {
         w.AddTensor(nt);
         ++stats_.tensors;
       } else {
-        std::span<const uint8_t> bytes(file->data() + e->file_offset, e->length);
+        // One private read: the bytes kept are the bytes vetted.
+        std::vector<uint8_t> bytes = file->CopyView({file->data() + e->file_offset, e->length});
         convert::PickleReadOptions read;  // DCP's planner will unpickle it: the allowlist
         read.allow_globals = options_.allow_globals;
         dcp::VetTorchSaveBytes(bytes, range + " (the item '" + e->fqn + "')", read);
@@ -150,6 +148,7 @@ class DistcpConverter {
   const ConvertOptions& options_;
   DcpConvertStats& stats_;
   uint64_t done_ = 0, total_ = 0;  // bytes of the .distcp files converted, of all of them
+  std::vector<uint8_t> piece_;      // a storage's bytes on their way to the writer
 };
 
 // Regular files directly in `dir`, by name.
@@ -278,7 +277,7 @@ DcpConvertStats ConvertDcpFolder(const std::string& source, const std::string& d
   for (const auto& [name, entries] : plan.by_file)
     converter.Run(source + "/" + name, name, entries, destination + "/" + ContainerName(name));
   for (const std::string& name : plan.copied) {
-    CopyPlainFile(source + "/" + name, destination + "/" + name);
+    CopyFileAtomically(source + "/" + name, destination + "/" + name);
     stats.copied++;
   }
   return stats;
@@ -338,7 +337,7 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
                                            ", the original file had " + (size ? std::string(*size) : "no recorded size"));
     f.Commit();
   }
-  for (const std::string& name : plan.copied) CopyPlainFile(source + "/" + name, destination + "/" + name);
+  for (const std::string& name : plan.copied) CopyFileAtomically(source + "/" + name, destination + "/" + name);
 }
 
 DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
@@ -370,18 +369,21 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
       }
       check(what, [&] {
         std::span<const uint8_t> bytes;
+        std::vector<uint8_t> checked;  // a private copy (a blob's checked one): what `bytes` views
         std::string where;
         std::shared_ptr<const MappedFile> slice_file;
         if (!s->file_slice) {
           const Container& c = open(dir + "/" + s->relative_path);
-          bytes = convert::CheckedBlob(c, s->name, "the folder's .metadata");
+          checked = convert::CheckedBlob(c, s->name, "the folder's .metadata");
+          bytes = checked;
           where = c.path() + " blob '" + s->name + "'";
         } else {
           std::string converted = dcp::ConvertedContainer(dir, *s);
           if (!converted.empty()) {
             const Container& c = open(converted);
             std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
-            bytes = convert::CheckedBlob(c, name, "the folder's .metadata");
+            checked = convert::CheckedBlob(c, name, "the folder's .metadata");
+            bytes = checked;
             where = c.path() + " blob '" + name + "'";
           } else {
             std::string file = dir + "/" + s->relative_path;
@@ -389,7 +391,8 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
             if (!f) f = std::make_shared<const MappedFile>(file);
             if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
               throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
-            bytes = {f->data() + s->file_offset, s->length};
+            checked = f->CopyView({f->data() + s->file_offset, s->length});
+            bytes = checked;
             where = file + " bytes [" + std::to_string(s->file_offset) + ", " + std::to_string(s->file_offset + s->length) + ")";
             report.distcp_pieces++;
           }

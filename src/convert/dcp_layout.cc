@@ -37,7 +37,9 @@ std::string PieceExtra(const std::string& fqn, const std::vector<int64_t>& globa
 pickle::DcpMetadata ReadFolderMetadata(const std::string& dir) {
   std::string path = dir + "/" + std::string(kMetadataName);
   MappedFile file(path);
-  return pickle::ReadDcpMetadata(std::span<const uint8_t>(file.data(), file.size()), path);
+  std::vector<uint8_t> bytes(file.size());  // read once, privately (a FIFO was refused by the open)
+  file.ReadAt(0, bytes.size(), bytes.data());
+  return pickle::ReadDcpMetadata(bytes, path);
 }
 
 DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length) {
@@ -47,7 +49,7 @@ DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uin
   try {
     auto slice = std::make_shared<const MappedFile>(file->data() + offset, length, what);
     pt::TorchArchive archive(slice);
-    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"));
+    pickle::UnpickleResult tree = pickle::Unpickle(archive.RecordCopy("data.pkl"));
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     if (model.tensors.size() != 1 || model.storages.size() != 1)
       throw Error(ErrorKind::kCorrupt, "holds " + std::to_string(model.tensors.size()) + " tensors over " +
@@ -76,7 +78,7 @@ void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what, 
   try {
     auto slice = std::make_shared<const MappedFile>(bytes.data(), bytes.size(), what);
     pt::TorchArchive archive(slice);
-    pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"), read.Unpickle());
+    pickle::UnpickleResult tree = pickle::Unpickle(archive.RecordCopy("data.pkl"), read.Unpickle());
     (void)pickle::InterpretTorchPickle(tree);
   } catch (const Error& e) {
     std::string msg = e.what();

@@ -21,7 +21,8 @@ class ZipParts {
  public:
   virtual ~ZipParts() = default;
   // The bytes of record `name` (prefix excluded) that is not one of the pickle's storages:
-  // data.pkl, version, byteorder, ... and `data/<key>` records no persistent id names.
+  // data.pkl, version, byteorder, ... and `data/<key>` records no persistent id names. Valid
+  // until the next call.
   virtual std::span<const uint8_t> Record(const std::string& name) = 0;
   // Writes storage `s` into `writer` as StorageRecordOf(s) (AddStorage, or BeginStorage /
   // AppendStorage / EndStorage), exactly s.nbytes bytes.

@@ -155,27 +155,38 @@ void Assembler::Stream(const SavedView& v, uint64_t begin, uint64_t end, uint8_t
     return;
   }
   if (end > v.bytes_size) throw Error(ErrorKind::kCorrupt, v.what + ": its bytes end past its storage");
-  // Mapped pages count in RSS until released: drop each piece's behind it, so memory stays the
-  // tensor being assembled however large the files.
-  auto release = [&](uint64_t from, uint64_t n) {
-    if (v.file) v.file->Release(static_cast<uint64_t>(v.bytes - v.file->data()) + from, n);
+  // A file's bytes are read with pread into a buffer of ours (MappedFile::ReadView): a file that
+  // shrinks is Error(kIo) naming it, never SIGBUS, and mapped pages never count in RSS. When the
+  // CRC-32 is checked over the same pass that copies (the view is its whole storage), the bytes
+  // copied are the bytes checked; otherwise the CRC pass reads the storage once before.
+  constexpr uint64_t kStep = 16ull << 20;
+  std::vector<uint8_t> buffer;
+  auto read = [&](uint64_t off, uint64_t n) -> const uint8_t* {
+    if (!v.file) return v.bytes + off;  // memory of the caller's (tests)
+    buffer.resize(std::max<uint64_t>(buffer.size(), n));
+    v.file->ReadView({v.bytes + off, n}, buffer.data());
+    return buffer.data();
   };
-  constexpr uint64_t kStep = 64ull << 20;
-  if (v.crc32 != 0 && crc_checked_.insert(v.bytes).second) {
-    uLong crc = crc32(0L, Z_NULL, 0);
+  const bool check_crc = v.crc32 != 0 && crc_checked_.insert(v.bytes).second;
+  const bool one_pass = begin == 0 && end == v.bytes_size;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  auto crc_failed = [&] { return static_cast<uint32_t>(crc) != v.crc32; };
+  if (check_crc && !one_pass) {
     for (uint64_t off = 0; off < v.bytes_size; off += kStep) {
       uint64_t n = std::min(kStep, v.bytes_size - off);
-      crc = crc32(crc, v.bytes + off, static_cast<uInt>(n));
-      release(off, n);
+      crc = crc32(crc, read(off, n), static_cast<uInt>(n));
     }
-    if (static_cast<uint32_t>(crc) != v.crc32)
-      throw Error(ErrorKind::kCorrupt, v.what + ": its storage's bytes fail their zip CRC-32");
+    if (crc_failed()) throw Error(ErrorKind::kCorrupt, v.what + ": its storage's bytes fail their zip CRC-32");
   }
   for (uint64_t off = begin; off < end; off += kStep) {
     uint64_t n = std::min(kStep, end - off);
-    sink(off, std::span<const uint8_t>(v.bytes + off, n));
-    release(off, n);
+    const uint8_t* bytes = read(off, n);
+    if (check_crc && one_pass) crc = crc32(crc, bytes, static_cast<uInt>(n));
+    sink(off, std::span<const uint8_t>(bytes, n));
   }
+  // Nothing assembled is written before Assemble returns: a failure here discards the copy.
+  if (check_crc && one_pass && crc_failed())
+    throw Error(ErrorKind::kCorrupt, v.what + ": its storage's bytes fail their zip CRC-32");
 }
 
 void Assembler::Assemble(const FullTensor& t, uint8_t* dst) {

@@ -107,7 +107,7 @@ std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file
                                    const convert::PickleReadOptions& read) {
   pt::TorchArchive archive(file);
   *saved_as = archive.prefix();
-  pickle::UnpickleResult tree = pickle::Unpickle(archive.Record("data.pkl"), read.Unpickle());
+  pickle::UnpickleResult tree = pickle::Unpickle(archive.RecordCopy("data.pkl"), read.Unpickle());
   pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
   std::vector<Record> out;
   for (const pickle::TorchTensor& t : model.tensors) {

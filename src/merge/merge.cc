@@ -109,10 +109,7 @@ std::vector<std::string> HuggingFaceFiles(const std::string& from) {
 
 void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats& stats) {
   for (const std::string& name : HuggingFaceFiles(from)) {
-    MappedFile in(from + "/" + name);
-    AtomicFile out(to + "/" + name);
-    if (in.size()) out.Write(in.data(), in.size());
-    out.Commit();
+    CopyFileAtomically(from + "/" + name, to + "/" + name);
     stats.written.push_back(to + "/" + name);
   }
 }

@@ -21,8 +21,8 @@ struct SavedView {
   std::string what;  // "FILE: tensor 'NAME'", for messages
   const Container* container = nullptr;
   uint32_t storage = 0;
-  const MappedFile* file = nullptr;  // file storages: the mapping (pages released behind the copy)
-  const uint8_t* bytes = nullptr;  // file storages: the storage's bytes in the mapping
+  const MappedFile* file = nullptr;  // file storages: the file, read with pread (ReadView)
+  const uint8_t* bytes = nullptr;  // file storages: where the storage lies in its mapping (null file: memory)
   uint64_t bytes_size = 0;
   uint32_t crc32 = 0;              // file storages: recorded CRC-32 (0: none)
   DType dtype = DType::kInvalid;

@@ -96,6 +96,10 @@ std::span<const uint8_t> TorchArchive::Record(std::string_view name) const {
   return zip_.Data(*r->entry);
 }
 
+std::vector<uint8_t> TorchArchive::RecordCopy(std::string_view name) const {
+  return zip_.file()->CopyView(Record(name));
+}
+
 std::span<const uint8_t> TorchArchive::StorageRecord(std::string_view key) const {
   return Record(std::string(kStoragePrefix) + std::string(key));
 }

@@ -52,6 +52,10 @@ class TorchArchive {
   // A record's bytes, a view into the mapping. Throws kCorrupt when absent (the pickle or the
   // caller expected it), kUnsupported when compressed.
   std::span<const uint8_t> Record(std::string_view name) const;
+  // A record's bytes read privately (MappedFile::ReadView: a file that shrank is Error(kIo)
+  // naming it): what a pickle or a kept record is parsed and written from, so the bytes checked
+  // are the bytes used. Errors as Record otherwise.
+  std::vector<uint8_t> RecordCopy(std::string_view name) const;
   // The bytes of storage `key`: record "data/<key>".
   std::span<const uint8_t> StorageRecord(std::string_view key) const;
   // True for "data/<key>" records (storages), false for metadata records.

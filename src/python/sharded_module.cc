@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
 #include "common/shape.h"
 #include "convert/dcp_layout.h"
 #include "convert/storage_stream.h"
@@ -200,6 +202,24 @@ py::dict Merge(const std::string& dir, const std::string& out, const std::string
   return d;
 }
 
+// The files the Python side reads and writes beside containers (DCP's .metadata, a checkpoint
+// folder's other files), under the C++ readers' and writers' rules: only a regular file is read
+// (a FIFO or device is refused, never blocks), a file that shrinks while read is an error naming
+// it, and a destination appears whole or not at all, never replacing a non-regular file.
+py::bytes ReadRegularFile(const std::string& path) {
+  MappedFile file(path);
+  std::string bytes(file.size(), '\0');
+  file.ReadAt(0, bytes.size(), bytes.data());
+  return py::bytes(bytes);
+}
+
+void WriteFileAtomically(const std::string& path, const py::bytes& data) {
+  std::string_view v = data;
+  AtomicFile out(path);
+  out.Write(v.data(), v.size());
+  out.Commit();
+}
+
 }  // namespace
 
 void RegisterSharded(py::module_& m) {
@@ -216,6 +236,9 @@ void RegisterSharded(py::module_& m) {
   m.def("check_dcp_metadata", &CheckDcpMetadata, py::arg("data"), py::arg("what"));
   m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"),
         py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("read_regular_file", &ReadRegularFile, py::arg("path"));
+  m.def("write_file_atomically", &WriteFileAtomically, py::arg("path"), py::arg("data"));
+  m.def("copy_file_atomically", &CopyFileAtomically, py::arg("src"), py::arg("dst"));
   m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }
 

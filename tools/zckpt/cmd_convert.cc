@@ -12,7 +12,6 @@
 #include "cli.h"
 #include "commands.h"
 #include "common/atomic_file.h"
-#include "common/mapped_file.h"
 #include "convert_plan.h"
 #include "printable.h"
 #include "progress.h"
@@ -83,13 +82,6 @@ struct Job {
   std::string note;  // copied foreign checkpoints: their format
 };
 
-void CopyFile(const std::string& from, const std::string& to) {
-  MappedFile in(from);
-  AtomicFile out(to);
-  if (in.size()) out.Write(in.data(), in.size());
-  out.Commit();
-}
-
 int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, bool quiet, ProgressStyle progress) {
   if (job.action == FolderJob::Action::kConvertDcp) return ConvertDcp(job.source, job.destination, base, quiet, progress);
   try {
@@ -99,7 +91,7 @@ int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, b
       return kExitOk;
     }
     if (job.action != FolderJob::Action::kConvert) {
-      CopyFile(job.source, job.destination);
+      CopyFileAtomically(job.source, job.destination);  // a source that shrinks: an error naming it
       if (!quiet) {
         if (job.note.empty()) std::printf("%s -> %s (copied)\n", job.source.c_str(), job.destination.c_str());
         else std::printf("%s -> %s (copied, not converted: %s)\n", job.source.c_str(), job.destination.c_str(), job.note.c_str());

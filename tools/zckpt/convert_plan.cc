@@ -77,7 +77,8 @@ void RewriteIndex(const FolderJob& job, const FolderPlan& plan) {
     if (j.action == FolderJob::Action::kConvert) converted.insert(Normal(j.source));
   const fs::path dir = fs::path(job.source).parent_path();
   MappedFile in(job.source);
-  std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
+  std::string text(in.size(), '\0');  // read once, privately
+  in.ReadAt(0, text.size(), text.data());
   std::string rewritten = convert::RewriteShardIndex(
       text,
       [&](const std::string& shard) -> std::optional<std::string> {

@@ -74,22 +74,9 @@ def _piece_extra(item):
 
 
 def _write_atomic(path, data):
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Temporary, fsync, rename, fsync of the folder (the C++ AtomicFile): only a regular file
+    (or nothing) at `path` is replaced."""
+    _C.write_file_atomically(os.fspath(path), bytes(data))
 
 
 class ZckptStorageWriter(StorageWriter):
@@ -217,8 +204,7 @@ def load_metadata(path) -> Metadata:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, METADATA_NAME)
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _C.read_regular_file(path)  # a FIFO or device is refused, never blocks
     _C.check_dcp_metadata(data, path)  # zckpt's interpreter: UnsafeError / CorruptError
     metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     if not isinstance(metadata, Metadata):

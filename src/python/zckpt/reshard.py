@@ -28,7 +28,7 @@ import argparse
 import json
 import os
 import re
-import shutil
+import stat
 import sys
 import tempfile
 
@@ -190,7 +190,7 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
                 for r in range(world_size):
                     src = files[r % old_world]
                     dst = os.path.join(out, f"{family}_world_size_{world_size}_rank_{r}{os.path.splitext(src)[1]}")
-                    shutil.copyfile(src, dst)
+                    _C.copy_file_atomically(src, dst)
                 log(f"{family}: no sharded tensors (per-rank state): new rank r is a copy of old rank r % {old_world}")
                 continue
             merged = os.path.join(tmp, f"{family}.zckpt")
@@ -217,7 +217,7 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
                     torch.save(state, pt)
                     del state
                 if fmt == "pt":
-                    os.replace(pt, os.path.join(out, name + ".pt"))
+                    _replace_regular(pt, os.path.join(out, name + ".pt"))
                 else:
                     _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
                     os.unlink(pt)
@@ -252,15 +252,27 @@ def _existing_outputs(ckpt_dir, out, families, world_size):
 def _copy_rest(ckpt_dir, out, rank_files, world_size):
     for src, dst, top in _rest(ckpt_dir, out, rank_files):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
+        # Through the C++ readers' and writers' rules: a FIFO or device among the files is refused
+        # (never read, never blocks), and each output appears whole, replacing a regular file only.
         if top and os.path.basename(src) == "fsdp_config.json":
-            with open(src) as f:
-                config = json.load(f)
+            config = json.loads(_C.read_regular_file(src))
             if isinstance(config, dict) and "world_size" in config:
                 config["world_size"] = world_size
-            with open(dst, "w") as f:
-                json.dump(config, f, indent=4)
+            _C.write_file_atomically(dst, json.dumps(config, indent=4).encode())
             continue
-        shutil.copyfile(src, dst)
+        _C.copy_file_atomically(src, dst)
+
+
+def _replace_regular(src, dst):
+    """os.replace(src, dst) unless dst exists as anything but a regular file (a FIFO, device,
+    folder or symbolic link is refused and left alone, as AtomicFile does)."""
+    try:
+        st = os.lstat(dst)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _C.ZckptError(f"{dst}: exists and is not a regular file; refusing to replace it")
+    os.replace(src, dst)
 
 
 def main(argv=None):

@@ -1,0 +1,151 @@
+// Sources that shrink while convert and merge read them (issue 11, item 2, for the read paths
+// beside the container's): every read of a source's bytes after its parse goes through pread
+// (MappedFile::ReadAt / ReadView), so a truncation is Error(kIo) naming the file, never SIGBUS,
+// and nothing appears at the destination. Also the one file copy the DCP and merge paths share.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
+#include "merge/assemble.h"
+#include "test_util.h"
+#include "zckpt/convert.h"
+#include "zckpt/error.h"
+
+namespace zckpt::hardening {
+namespace {
+
+using testing::TempDir;
+
+// A safetensors file of `tensors` float32 tensors of `floats` elements each.
+void WriteSafetensors(const std::string& path, int tensors, uint64_t floats) {
+  std::string json = "{";
+  for (int i = 0; i < tensors; ++i) {
+    uint64_t b = i * floats * 4, e = b + floats * 4;
+    json += (i ? "," : "") + std::string("\"t") + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[" +
+            std::to_string(floats) + "],\"data_offsets\":[" + std::to_string(b) + "," + std::to_string(e) + "]}";
+  }
+  json += "}";
+  while (json.size() % 8) json += ' ';
+  std::vector<uint8_t> bytes(8 + json.size() + tensors * floats * 4, 0x3f);
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<uint8_t>(json.size() >> (8 * k));
+  std::memcpy(bytes.data() + 8, json.data(), json.size());
+  testing::WriteFileBytes(path, bytes);
+}
+
+void ExpectShrankError(const Error& e, const std::string& path) {
+  EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+  EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("changed size while being read"), std::string::npos) << e.what();
+}
+
+TEST(SourceRace, ConvertOfASourceTruncatedAfterItsParseIsAnIoErrorNamingIt) {
+  TempDir dir;
+  const std::string src = dir.path() + "/model.safetensors", dst = dir.path() + "/model.zckpt";
+  WriteSafetensors(src, 3, 1 << 20);  // 12 MiB of storages
+  const uint64_t header_end = 8 + 256;  // well inside the first tensor's bytes
+  ConvertOptions options;
+  bool truncated = false;
+  options.progress = [&](uint64_t, uint64_t) {  // first called once the header is parsed
+    if (!truncated) ASSERT_EQ(::truncate(src.c_str(), static_cast<off_t>(header_end)), 0);
+    truncated = true;
+  };
+  try {
+    ConvertFile(src, dst, options);
+    FAIL() << "converted a file truncated under it";
+  } catch (const Error& e) {
+    ExpectShrankError(e, src);
+  }
+  EXPECT_TRUE(truncated);
+  EXPECT_FALSE(testing::FileExists(dst));
+}
+
+TEST(SourceRace, MergeOfAFileTruncatedAfterDiscoveryIsAnIoErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir.path() + "/rank.distcp";
+  std::vector<float> values(1 << 20, 1.5f);
+  testing::WriteFileBytes(path, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
+                                                     reinterpret_cast<const uint8_t*>(values.data() + values.size())));
+  MappedFile file(path);
+  merge::Piece p;
+  p.view.what = path + ": tensor 't'";
+  p.view.file = &file;
+  p.view.bytes = file.data();
+  p.view.bytes_size = file.size();
+  p.view.dtype = DType::kFloat32;
+  p.view.shape = {static_cast<int64_t>(values.size())};
+  p.view.stride = {1};
+  p.offsets = {0};
+  merge::FullTensor t{"t", DType::kFloat32, p.view.shape, {p}};
+  merge::Tile(t);
+  std::vector<float> out(values.size());
+  merge::Assembler().Assemble(t, reinterpret_cast<uint8_t*>(out.data()));  // intact: read whole
+  EXPECT_EQ(out, values);
+  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  try {
+    merge::Assembler().Assemble(t, reinterpret_cast<uint8_t*>(out.data()));
+    FAIL() << "assembled from a file truncated under it";
+  } catch (const Error& e) {
+    ExpectShrankError(e, path);
+  }
+}
+
+// A slice of a mapping read as its own file (a .distcp item parsed as a torch.save archive): its
+// reads are guarded too, so the slice's name (the file and byte range) is in the error.
+TEST(SourceRace, ASliceOfATruncatedMappingIsAnIoErrorNotSigbus) {
+  TempDir dir;
+  const std::string path = dir.path() + "/f.distcp";
+  testing::WriteFileBytes(path, std::vector<uint8_t>(3 * 65536, 7));
+  MappedFile file(path);
+  MappedFile slice(file.data() + 65536, 2 * 65536, path + " bytes [65536, 196608)");
+  std::vector<uint8_t> got(65536);
+  slice.ReadAt(0, got.size(), got.data());
+  EXPECT_EQ(got, std::vector<uint8_t>(65536, 7));
+  ASSERT_EQ(::truncate(path.c_str(), 65536), 0);
+  try {
+    slice.ReadAt(65536, got.size(), got.data());
+    FAIL() << "read past the end of a truncated file";
+  } catch (const Error& e) {
+    ExpectShrankError(e, path + " bytes [65536, 196608)");
+  }
+  try {
+    (void)file.CopyView({file.data() + 65536, 65536});
+    FAIL() << "read past the end of a truncated file";
+  } catch (const Error& e) {
+    ExpectShrankError(e, path);
+  }
+}
+
+TEST(SourceRace, CopyFileAtomicallyReadsOnlyRegularFilesAndWritesOnlyOverThem) {
+  TempDir dir;
+  const std::string src = dir.path() + "/config.json", fifo = dir.path() + "/pipe", dst = dir.path() + "/out.json";
+  testing::WriteFileBytes(src, {'{', '}'});
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    CopyFileAtomically(fifo, dst);  // would block forever on a plain open
+    FAIL() << "read a FIFO";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file (a FIFO)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(testing::FileExists(dst));
+  try {
+    CopyFileAtomically(src, fifo);
+    FAIL() << "replaced a FIFO";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+  }
+  struct stat st;
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  CopyFileAtomically(src, dst);
+  EXPECT_EQ(testing::ReadFileBytes(dst), testing::ReadFileBytes(src));
+}
+
+}  // namespace
+}  // namespace zckpt::hardening
