@@ -20,7 +20,7 @@
 #   tests          loader_cuda first, then the loader, save and cudasim suites, then pytest
 #                  tests/python/test_oom.py and every Python case that puts tensors on a device
 #                  (-k cuda: test_load_into, test_map_location, test_save, test_dcp)
-#   gpu-bench      tools/bench/bench_load.py --device cuda
+#   gpu-bench      tools/bench/bench.py --device cuda (2 warm rounds, shuffled, every result checked)
 # Every step has a time budget, cut to what is left of ZCKPT_DEVICE_SECONDS (default 540) so the
 # script ends, with its results written, inside the tool's 600 s. After every step it rewrites
 # $OUT/summary.json and $OUT/logs.tar.gz (every log); the OOM and benchmark JSON are copied to
@@ -183,8 +183,9 @@ for t in json.load(sys.stdin):
   elif (( ! GPU )); then
     skip_step gpu-bench "needs a GPU"
   else
-    run_step gpu-bench 200 env PYTHONPATH="$BUILD/src/python" PYTHONUNBUFFERED=1 "$PY" tools/bench/bench_load.py \
-      --device cuda --gib 2 --repeat 2 --zckpt "$BUILD/tools/zckpt" --workdir "$WORK/bench" --out "$LOGS/bench-cuda.json"
+    run_step gpu-bench 200 env PYTHONPATH="$BUILD/src/python" PYTHONUNBUFFERED=1 "$PY" tools/bench/bench.py \
+      --device cuda --gib 2 --rounds 2 --modes warm --zckpt "$BUILD/tools/zckpt" \
+      --workdir "$WORK/bench" --out "$LOGS/bench-cuda.json"
   fi
 fi
 

@@ -1,6 +1,6 @@
 #include "format/chunk_codec.h"
 
-#include <xxhash.h>
+#include "format/xxh3.h"
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_stableOutBuffer (a parameter value; no static-only symbols)
 #include <zstd.h>
 

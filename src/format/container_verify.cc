@@ -14,6 +14,8 @@
 // everything with pread instead measured 10-14% more CPU for `zckpt verify` of a 1 GiB file
 // here.) Pages are released behind the scan so verifying a file larger than RAM keeps the
 // resident set to a few slices per thread.
+#include "format/xxh3.h"
+
 #include <algorithm>
 #include <exception>
 #include <mutex>

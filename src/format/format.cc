@@ -2,8 +2,6 @@
 // offsets of the spec's tables.
 #include "zckpt/format.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 
 #include "format/bytes.h"
@@ -26,8 +24,6 @@ void StoreRef(uint8_t* p, StringRef r) {
 StringRef LoadRef(const uint8_t* p) { return {Load32(p), Load32(p + 4)}; }
 
 }  // namespace
-
-uint64_t Checksum(const void* data, uint64_t size) { return XXH3_64bits(data, static_cast<size_t>(size)); }
 
 void EncodeSuperblock(const Superblock& s, uint8_t out[kSuperblockBytes]) {
   std::memset(out, 0, kSuperblockBytes);

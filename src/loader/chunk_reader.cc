@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "format/xxh3.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -47,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_convert import fsync_path, llama_state_dict  # noqa: E402
-from bench_load import host_memory, reset_peak  # noqa: E402
+from contenders import host_memory, reset_peak  # noqa: E402
 
 GIB = 1 << 30
 KINDS = ["zckpt.save", "torch.save", "safetensors", "torch.save+convert", "async_save", "cp"]

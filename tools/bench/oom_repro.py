@@ -37,7 +37,7 @@ import time
 import torch
 
 import zckpt
-from bench_load import host_memory, reset_peak  # tools/bench, beside this script
+from contenders import host_memory, reset_peak  # tools/bench, beside this script
 
 MIB = 1 << 20
 GIB = 1 << 30

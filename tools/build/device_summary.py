@@ -84,7 +84,10 @@ def main():
                                          for k, v in oom.get("least_free", {}).items()}}
     bench = load(os.path.join(args.logs, "bench-cuda.json"))
     if bench:
-        summary["bench"] = [{k: r.get(k) for k in ("name", "seconds", "device_peak", "device_reserved_peak", "device_used")}
+        # tools/bench/bench.py --out: one row per (contender, mode), medians over the rounds.
+        summary["bench"] = [{k: r.get(k) for k in ("label", "mode", "n", "median", "ratio_median", "identical",
+                                                   "device_peak_median", "device_reserved_peak_median",
+                                                   "device_used_median")}
                             for r in bench.get("rows", [])]
     tests = {}
     for f in sorted(os.listdir(args.logs)):
@@ -122,7 +125,10 @@ def main():
                 print(f"  least free beyond the shard: {k:40} {least}")
         if bench:
             for r in summary["bench"]:
-                print(f"  bench {r['name']:40} {r['seconds']:.3f} s")
+                dev = r.get("device_reserved_peak_median")
+                print(f"  bench {r['label']:40} {r['mode']} median {r['median']:.3f} s"
+                      + (f", reserved peak {dev / 2**20:.0f} MiB" if dev is not None else "")
+                      + ("" if r.get("identical") is not False else ", tensors DIFFER"))
     return 0
 
 
