@@ -2,7 +2,9 @@
 // slot, or straight into host destinations. Thread-safe: every reader thread shares one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "zckpt/load_options.h"
 
@@ -20,15 +22,21 @@ class ChunkReader {
  public:
   // `method` is resolved (not kAuto). pread reads the container's own descriptor (never the path
   // again); kDirect reopens that descriptor with O_DIRECT and falls back to plain pread where the
-  // filesystem refuses it; method() says which is in use. kMmap copies out of the container's
-  // mapping with GuardedCopy. Every method ends a read of a file that shrank with Error(kIo)
-  // naming it; every byte is hashed where it landed (slot or destination).
-  ChunkReader(const Container& c, ReadMethod method, bool verify);
+  // filesystem refuses it; method() says which is in use. With kPread and
+  // `direct_when_uncached`, ranges read straight into CPU destinations whose pages are not in
+  // the page cache (mincore) are read with O_DIRECT instead (the same reopening), several large
+  // reads in flight (where the filesystem takes O_DIRECT; else everything goes through the page
+  // cache). kMmap copies out of the container's mapping with GuardedCopy. Every method ends a read
+  // of a file that shrank with Error(kIo) naming it; every byte is hashed where it landed (slot or
+  // destination).
+  ChunkReader(const Container& c, ReadMethod method, bool verify, bool direct_when_uncached = true);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
 
   ReadMethod method() const { return method_; }
+  // Bytes read with O_DIRECT because they were not in the page cache (direct_when_uncached).
+  uint64_t uncached_bytes() const { return uncached_bytes_.load(); }
 
   // Reads batch `b` of `plan`: into `slot` (slot batches, raw bytes at plan.slot_offset) or into
   // the destinations of its chunks. Throws Error(kCorrupt) naming the chunk
@@ -44,12 +52,28 @@ class ChunkReader {
   void ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                 const Destinations& d) const;
   void ReadDirect(const Batch& b, const Destinations& d) const;
+  // A run of raw chunks going whole to one CPU destination: file bytes [begin, end) -> dst,
+  // chunks [first, last).
+  struct DestinationSpan {
+    uint64_t begin, end;
+    uint8_t* dst;
+    uint64_t first, last;
+  };
+  // Reads the spans in order, each window of bytes either through the page cache (cached) or
+  // with O_DIRECT, queued (uncached); every chunk hashed as its bytes land, in file order.
+  void ReadDestinationSpans(const std::vector<DestinationSpan>& spans, const Destinations& d) const;
+  // > 0: read [at, at + that) of span s with O_DIRECT (aligned, and not all in the page cache).
+  uint64_t UncachedLength(const DestinationSpan& s, uint64_t at, uint64_t window) const;
+  bool Resident(uint64_t offset, uint64_t len) const;
+  uint64_t ReadUncached(uint64_t offset, uint64_t len, uint8_t* dst) const;
 
   const Container& c_;
   ReadMethod method_;
   bool verify_;
-  int fd_ = -1;         // the container's descriptor, or direct_fd_
-  int direct_fd_ = -1;  // owned: the O_DIRECT reopening
+  int fd_ = -1;           // the container's descriptor, or direct_fd_ (kDirect)
+  int direct_fd_ = -1;    // owned: the O_DIRECT reopening (kDirect, or uncached reads)
+  int uncached_fd_ = -1;  // direct_fd_ for ranges not in the page cache with kPread (-1: none)
+  mutable std::atomic<uint64_t> uncached_bytes_{0};
 };
 
 }  // namespace zckpt::loader

@@ -26,6 +26,7 @@ namespace loader {
 namespace {
 
 constexpr uint64_t kDefaultSlotBytes = 8ull << 20;
+constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
 
 // kAuto: pread. Measured on the CPU path (tools/bench/bench.py, warm page cache), pread
 // straight into the destination beat a memcpy out of the mapping (which pays a page fault per
@@ -46,11 +47,14 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
                        const std::vector<CudaDevice>& cuda_devices, const StagingHooks& staging) {
   LoadStats stats;
   uint64_t slot_bytes = ResolveSlotBytes(o, c.superblock().chunk_bytes);
-  ChunkReader reader(c, Resolve(o.method), o.verify);
+  ChunkReader reader(c, Resolve(o.method), o.verify, o.direct_when_uncached);
   PlanOptions po;
   // Room for one chunk plus O_DIRECT rounding at both ends, so any single chunk fits a slot.
   po.slot_capacity = slot_bytes + 2 * kDirectIoAlign;
-  po.batch_bytes = slot_bytes;
+  // Batches read straight into destinations: by default large, so that a reader keeps several
+  // O_DIRECT reads in flight across a batch's storages when the file is not cached; a slot's
+  // worth when the caller sized the slots (finer progress and cancel steps).
+  po.batch_bytes = o.slot_bytes == 0 ? std::max(slot_bytes, kDestinationBatchBytes) : slot_bytes;
   po.align_spans = reader.method() == ReadMethod::kDirect;
   po.read_into_destination = o.cpu_read_into_destination && reader.method() != ReadMethod::kDirect;
   Plan plan = MakePlan(c, d, po);
@@ -68,6 +72,7 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   stats.stored_bytes = plan.stored_bytes;
   stats.chunks = plan.chunks;
   stats.direct_chunks = plan.direct_chunks;
+  stats.uncached_bytes = reader.uncached_bytes();
   stats.batches = plan.batches.size();
   stats.ring_bytes = ps.ring_bytes;
   stats.slot_bytes = slot_bytes;

@@ -1,12 +1,16 @@
 #include "loader/tensors.h"
 
 #include <ATen/ops/empty.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
 #include <torch/version.h>
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <new>
 #include <string_view>
 
 #include "loader/object_tree.h"
@@ -68,9 +72,35 @@ void CheckViewable(const Container& c, const TensorInfo& t) {
                                                 "storages (LoadStorages / the Python module) and let torch rebuild it");
 }
 
+namespace {
+
+void FreeAligned(void* p) { std::free(p); }
+
+}  // namespace
+
 at::Tensor AllocateBytes(uint64_t bytes, c10::Device device) {
   // Plain 4 KiB pages: madvise(MADV_HUGEPAGE) on CPU destinations was tried and made loads 2-3x
   // slower here (direct compaction on fault under THP defrag=madvise).
+  // A host allocation that fails is kOutOfMemory, however it failed: the CPU allocator reports it
+  // as a plain c10::Error (the CUDA one throws c10::OutOfMemoryError, which WithTorchErrors maps);
+  // an allocation of a valid size fails for want of memory only.
+  auto out_of_memory = [&](const std::string& why) {
+    return Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory: " + why);
+  };
+  if (device.is_cpu() && bytes >= kPageAlignedFrom) {
+    // Page-aligned, so that a storage's bytes (4 KiB-aligned in the file) can be read straight
+    // into it with O_DIRECT when they are not in the page cache (ChunkReader). torch's CPU
+    // allocator aligns to 64 bytes only. Resizing still works: the storage keeps torch's
+    // allocator for any new memory.
+    void* p = nullptr;
+    if (int rc = posix_memalign(&p, 4096, static_cast<size_t>(bytes)); rc != 0) throw out_of_memory(std::strerror(rc));
+    return WithTorchErrors([&] {
+      c10::DataPtr ptr(p, p, &FreeAligned, device);
+      c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(bytes), std::move(ptr),
+                           c10::GetCPUAllocator(), true);
+      return BytesOf(storage);
+    });
+  }
   auto empty = [&] {
     return at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(device));
   };
@@ -78,10 +108,7 @@ at::Tensor AllocateBytes(uint64_t bytes, c10::Device device) {
   try {
     return empty();
   } catch (const c10::Error& e) {
-    // The CPU allocator reports a failed allocation as a plain c10::Error (the CUDA one throws
-    // c10::OutOfMemoryError); an allocation of a valid size fails for want of memory only.
-    throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory: " +
-                                             e.what_without_backtrace());
+    throw out_of_memory(e.what_without_backtrace());
   }
 }
 

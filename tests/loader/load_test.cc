@@ -296,6 +296,70 @@ TEST(Load, ThousandsOfTinyStoragesArePackedIntoSlots) {
   EXPECT_LT(r.stats.batches, 30u);  // ~300 KiB of data + padding in 64 KiB slots
 }
 
+// Storages large enough to go straight into their destinations, several O_DIRECT pieces each.
+Fixture LargeStorages() {
+  Fixture f;
+  for (int i = 0; i < 5; ++i) f.AddContiguous("w" + std::to_string(i), DType::kBFloat16, {1024 + 3 * i, 2048}, 40 + i);
+  f.AddContiguous("norm", DType::kFloat32, {3000}, 50);  // small: packed in a slot
+  return f;
+}
+
+// Bytes not in the page cache are read with O_DIRECT into the destination and checked as they
+// land; cached bytes still come from the page cache; a file half cached mixes both. Every way,
+// the same bytes.
+TEST(Load, UncachedBytesAreReadDirectAndChecked) {
+  testing::TempDir dir;
+  Fixture f = LargeStorages();
+  std::string path = f.WriteIn(dir, "cold.zckpt", WriterOptions{});
+  const bool direct = testing::EvictFromPageCache(path);
+  LoadResult cold = Load(path, kCpu);
+  ExpectMatches(f, cold);
+  if (!direct) GTEST_SKIP() << "no O_DIRECT on this filesystem: nothing to evict, nothing read direct";
+  // Most of it (reading the index at open may read ahead into the last storage's pages).
+  EXPECT_GT(cold.stats.uncached_bytes, cold.stats.raw_bytes * 3 / 4);
+  EXPECT_LE(cold.stats.uncached_bytes, cold.stats.raw_bytes);
+
+  testing::ReadWhole(path);
+  LoadResult warm = Load(path, kCpu);
+  ExpectMatches(f, warm);
+  EXPECT_EQ(warm.stats.uncached_bytes, 0u);
+
+  auto c = Container::Open(path);
+  uint64_t mid = c->storage(2).data_offset;
+  testing::EvictFromPageCache(path, 0, mid);
+  LoadResult half = Load(path, kCpu);
+  ExpectMatches(f, half);
+  EXPECT_GT(half.stats.uncached_bytes, 0u);
+  EXPECT_LT(half.stats.uncached_bytes, half.stats.raw_bytes * 3 / 4);
+
+  LoadOptions off;
+  off.direct_when_uncached = false;
+  testing::EvictFromPageCache(path);
+  LoadResult buffered = Load(path, kCpu, off);
+  ExpectMatches(f, buffered);
+  EXPECT_EQ(buffered.stats.uncached_bytes, 0u);
+}
+
+// A flipped bit read cold (O_DIRECT) is caught like one read through the page cache.
+TEST(Load, UncachedCorruptChunkIsNamed) {
+  testing::TempDir dir;
+  Fixture f = LargeStorages();
+  std::string path = f.WriteIn(dir, "bad.zckpt", WriterOptions{});
+  auto c = Container::Open(path);
+  StorageInfo s = c->storage(3);
+  format::ChunkRecord r = c->chunk(s.first_chunk + s.chunk_count - 1);
+  testing::FlipBit(path, r.offset + r.stored_bytes / 2);
+  if (!testing::EvictFromPageCache(path)) GTEST_SKIP() << "no O_DIRECT on this filesystem";
+  try {
+    LoadResult bad = Load(path, kCpu);
+    FAIL() << "loaded a corrupt file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chunk " + std::to_string(s.first_chunk + s.chunk_count - 1)), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Load, ManyReadersGiveTheSameResultAsOne) {
   testing::TempDir dir;
   Fixture f = BigAndSmall(5);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -104,6 +105,30 @@ void FlipBit(const std::string& path, uint64_t offset) {
   if (pread(fd, &b, 1, static_cast<off_t>(offset)) != 1) throw std::runtime_error("cannot read " + path);
   b ^= 0x10;
   if (pwrite(fd, &b, 1, static_cast<off_t>(offset)) != 1) throw std::runtime_error("cannot write " + path);
+  ::close(fd);
+}
+
+bool EvictFromPageCache(const std::string& path, uint64_t offset, uint64_t len) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+  ::close(fd);
+  int direct = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (direct < 0) return false;
+  void* buf = nullptr;
+  bool works = posix_memalign(&buf, 4096, 4096) == 0 && pread(direct, buf, 4096, 0) >= 0;
+  std::free(buf);
+  ::close(direct);
+  return works;
+}
+
+void ReadWhole(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  std::vector<char> buf(1 << 20);
+  while (::read(fd, buf.data(), buf.size()) > 0) {
+  }
   ::close(fd);
 }
 

@@ -143,7 +143,7 @@ void PrintJson(const std::string& path, const Report& r) {
     jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));
     jw.Key("threads").UInt(s.reader_threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
     jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
-    jw.Key("chunks").UInt(s.chunks).Key("direct_chunks").UInt(s.direct_chunks).Key("storages").UInt(s.storages);
+    jw.Key("chunks").UInt(s.chunks).Key("direct_chunks").UInt(s.direct_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
   }
   jw.Key("rss_before").UInt(r.before.rss).Key("rss_peak").UInt(r.after.peak);
   jw.Key("rss_peak_delta").UInt(Delta(r.after.peak, r.before.rss)).Key("rss_peak_exact").Bool(r.host_peak_reset);
