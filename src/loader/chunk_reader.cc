@@ -94,13 +94,17 @@ uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) cons
     c_.file().Release(offset, n);
     return n;
   }
+  return Pread(fd_, offset, len, dst);
+}
+
+uint64_t ChunkReader::Pread(int fd, uint64_t offset, uint64_t len, uint8_t* dst) const {
   uint64_t done = 0;
   while (done < len) {
-    ssize_t n = pread(fd_, dst + done, len - done, static_cast<off_t>(offset + done));
+    ssize_t n = pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) + ": " +
-                                      std::strerror(errno));
+      throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) +
+                                      (fd == uncached_fd_ ? " (O_DIRECT): " : ": ") + std::strerror(errno));
     }
     if (n == 0) break;  // end of file (an O_DIRECT span rounded past it, or a file that shrank)
     done += static_cast<uint64_t>(n);
@@ -265,21 +269,6 @@ uint64_t ChunkReader::UncachedLength(const DestinationSpan& s, uint64_t at, uint
   return len;
 }
 
-uint64_t ChunkReader::ReadUncached(uint64_t offset, uint64_t len, uint8_t* dst) const {
-  uint64_t done = 0;
-  while (done < len) {
-    ssize_t n = pread(uncached_fd_, dst + done, len - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) + " (O_DIRECT): " +
-                                      std::strerror(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<uint64_t>(n);
-  }
-  return done;
-}
-
 void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans, const Destinations& d) const {
   std::vector<std::unique_ptr<SpanHasher>> hashers;
   hashers.reserve(spans.size());
@@ -326,7 +315,7 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
         continue;
       }
       queue.push_back({k, at, len, std::async(std::launch::async, [this, off = s.begin + at, len, p = s.dst + at] {
-                         return ReadUncached(off, len, p);
+                         return Pread(uncached_fd_, off, len, p);
                        })});
       at += len;
       continue;

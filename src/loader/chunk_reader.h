@@ -65,7 +65,8 @@ class ChunkReader {
   // > 0: read [at, at + that) of span s with O_DIRECT (aligned, and not all in the page cache).
   uint64_t UncachedLength(const DestinationSpan& s, uint64_t at, uint64_t window) const;
   bool Resident(uint64_t offset, uint64_t len) const;
-  uint64_t ReadUncached(uint64_t offset, uint64_t len, uint8_t* dst) const;
+  // pread of [offset, offset + len) from fd into dst until done or end of file; the bytes read.
+  uint64_t Pread(int fd, uint64_t offset, uint64_t len, uint8_t* dst) const;
 
   const Container& c_;
   ReadMethod method_;
