@@ -158,13 +158,9 @@ struct RangeTarget {
 LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget>& ranges,
                           const LoadOptions& options = {});
 
-struct MapOptions {
-  bool object_tree = true;                 // as LoadOptions::object_tree
-  std::vector<std::string> allow_globals;  // as LoadOptions::allow_globals
-};
-
 struct MapStats {
-  uint64_t mapped_bytes = 0;   // storage bytes aliasing the mapping (nothing read)
+  uint64_t mapped_bytes = 0;   // storage bytes aliasing the mapping
+  uint64_t verified_bytes = 0; // of those, checked against their chunks' XXH3 (MapOptions::verify)
   uint64_t decoded_bytes = 0;  // bytes of storages with zstd chunks, decoded into owned memory
   uint64_t storages = 0;
   uint64_t tensors = 0;
@@ -175,21 +171,37 @@ struct MapResult : TensorSet {
   MapStats stats;
 };
 
+struct MapOptions {
+  bool object_tree = true;                 // as LoadOptions::object_tree
+  std::vector<std::string> allow_globals;  // as LoadOptions::allow_globals
+  // Check every raw chunk of the mapped storages against its XXH3 before returning, reading it
+  // where it lies in the mapping (no copy): every page of the storages is mapped in once
+  // (MADV_POPULATE_READ) and hashed, on `threads` threads. The tensors returned alias the very
+  // page-cache pages that were hashed, so reading them later costs no page fault. Off: nothing
+  // is read up front and uncompressed bytes are not checked.
+  bool verify = false;
+  unsigned threads = DefaultReaderThreads();
+};
+
 // CPU tensors aliasing a copy-on-write (MAP_PRIVATE, read-write) mapping of the file, kept alive
-// by the tensors' deleters: O(number of tensors), no data read, writes never reach the file.
+// by the tensors' deleters: O(number of tensors) without verify, writes never reach the file.
 // Storages with zstd chunks cannot alias the file: they are decoded (and checked) into owned
-// memory. Uncompressed bytes are not checked (that would read them): run Container::Verify or
-// `zckpt verify` for that. The index is validated as by Container::Open (into private memory:
-// shapes, strides and offsets cannot change after Map returns), and the object pickle is read and
-// checked against it as by Load.
+// memory. With options.verify, every other chunk is checked in the mapping first: Error(kCorrupt)
+// naming the chunk (Container::DescribeChunk) on a mismatch, Error(kIo) naming the file when it
+// turns out shorter than its index says (the hashing runs under a SIGBUS guard,
+// common/fault_guard.h: no SIGBUS while checking). Without it uncompressed bytes are not checked
+// (that would read them): run Container::Verify or `zckpt verify` for that. The index is
+// validated as by Container::Open (into private memory: shapes, strides and offsets cannot change
+// after Map returns), and the object pickle is read and checked against it as by Load.
 // The mapped views have torch.load(mmap=True)'s semantics, not Load's: they read the file when
 // touched, so bytes another process rewrites in place later show through (until a page is
-// written to), and touching a page after another process truncated the file raises SIGBUS, which
-// kills the process unless it handles the signal. Load/LoadInto/LoadStorages (every read method)
-// end such a race with Error(kIo) naming the file instead.
+// written to; verify checked the bytes as they were when hashed), and touching a page after
+// another process truncated the file raises SIGBUS, which kills the process unless it handles
+// the signal. Load/LoadInto/LoadStorages (every read method) end such a race with Error(kIo)
+// naming the file instead.
 MapResult Map(const std::string& path, const MapOptions& options = {});
 // The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
-MapResult MapStorages(const std::string& path);
+MapResult MapStorages(const std::string& path, const MapOptions& options = {});
 
 // Measurement helpers shared by `zckpt load`, the tests and the benchmarks.
 struct HostMemory {

@@ -129,11 +129,13 @@ py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std
   return StoragesToDict(storages);
 }
 
-py::dict MapStoragesToDict(const std::string& path) {
+py::dict MapStoragesToDict(const std::string& path, bool verify) {
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
-    storages = MapStorages(path).storages_by_key;  // storages only: quantized files map too
+    MapOptions options;
+    options.verify = verify;
+    storages = MapStorages(path, options).storages_by_key;  // storages only: quantized files map too
   }
   return StoragesToDict(storages);
 }
@@ -317,7 +319,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
   m.def("vetted_pickle", &zckpt::VettedPickle, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
   m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
-  m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"));
+  m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"), py::arg("verify") = false);
   m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
         py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{});
   m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true,

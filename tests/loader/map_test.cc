@@ -117,6 +117,45 @@ TEST(Map, QuantizedTensorsRefusedButTheirStoragesMap) {
   EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("sq")) == f.bytes("sq"));
 }
 
+// verify: every chunk of the mapped storages is hashed in the mapping before Map returns; a
+// flipped bit anywhere in them is Error(kCorrupt) naming its chunk, and the tensors still alias
+// the mapping (no copy was made to check them).
+TEST(Map, VerifyChecksEveryChunkInTheMapping) {
+  testing::TempDir dir;
+  Fixture f;
+  for (int i = 0; i < 4; ++i) f.AddContiguous("w" + std::to_string(i), DType::kFloat32, {100, 100 + i}, 10 + i);
+  std::string path = f.WriteIn(dir, "v.zckpt", SmallChunks(4096));
+  MapOptions verify;
+  verify.verify = true;
+  verify.threads = 3;
+  MapResult good = Map(path, verify);
+  EXPECT_EQ(good.stats.verified_bytes, good.stats.mapped_bytes);
+  auto ranges = MappingsOf(path);
+  for (const auto& [key, b] : good.storages_by_key) {
+    EXPECT_TRUE(Inside(b.data_ptr(), ranges)) << key;
+    EXPECT_TRUE(testing::BytesOf(b) == f.bytes(key)) << key;
+  }
+  EXPECT_EQ(Map(path).stats.verified_bytes, 0u);
+
+  auto c = Container::Open(path);
+  for (uint32_t s : {0u, 3u}) {  // first and last storage: every thread's share is checked
+    StorageInfo info = c->storage(s);
+    uint64_t chunk = info.first_chunk + info.chunk_count - 1;
+    format::ChunkRecord r = c->chunk(chunk);
+    testing::FlipBit(path, r.offset + r.stored_bytes - 1);
+    try {
+      Map(path, verify);
+      FAIL() << "mapped a corrupt file";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+      EXPECT_NE(std::string(e.what()).find("chunk " + std::to_string(chunk) + ","), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(Map(path));  // unchecked, it maps
+    testing::FlipBit(path, r.offset + r.stored_bytes - 1);
+  }
+  EXPECT_NO_THROW(Map(path, verify));
+}
+
 TEST(Map, ReadsNoDataOfALargeFile) {
   testing::TempDir dir;
   std::string path = dir.File("large.zckpt");

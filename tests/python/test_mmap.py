@@ -116,3 +116,29 @@ def test_mmap_refuses_non_cpu_map_location(family, map_location):
 def test_mmap_accepts_cpu_map_location(family, map_location):
     got = zckpt.load(family.zckpt("strides.pt"), mmap=True, map_location=map_location, weights_only=True)
     assert_deep_equal(got, family.torch_load("strides.pt", weights_only=True))
+
+
+def test_mmap_verify_checks_every_chunk_in_the_mapping(container):
+    """verify=True (the default) hashes every chunk where it lies in the mapping: a flipped bit
+    in any tensor's bytes raises CorruptError naming the file; verify=False maps it unchecked.
+    Checked, the tensors still alias the mapping."""
+    path = container("module_state_dict.pt")
+    good = zckpt.load(path, mmap=True, weights_only=False)
+    ranges = mapped_ranges(path)
+    assert all(_inside(p, 1, ranges) for p in storage_ptrs(good))
+    want = {k: v.clone() for k, v in good.items()}
+    # The last byte of the largest storage, at its place in the file (the mapping starts at 0).
+    big = max((v.untyped_storage() for v in good.values()), key=lambda u: u.nbytes())
+    (start, _), = ranges
+    offset = big.data_ptr() - start + big.nbytes() - 1
+    del good, big
+    gc.collect()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x01]))
+    with pytest.raises(zckpt.CorruptError, match=os.path.basename(path)):
+        zckpt.load(path, mmap=True, weights_only=False)
+    unchecked = zckpt.load(path, mmap=True, weights_only=False, verify=False)
+    assert any(not torch.equal(unchecked[k], want[k]) for k in want)

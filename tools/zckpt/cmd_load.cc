@@ -36,7 +36,8 @@ constexpr const char* kHelp =
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
     "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
-    "  --map    map the file instead: CPU tensors aliasing it, nothing read (Map)\n"
+    "  --map    map the file instead: CPU tensors aliasing it (Map), every chunk checked in the\n"
+    "           mapping first (with --no-verify: nothing read)\n"
     "Before any data is read, the kept object pickle is read by zckpt's interpreter (its\n"
     "globals on the allowlist or allowed with --allow-global) and checked against the index.\n";
 constexpr const char* kHelpTail =
@@ -109,7 +110,10 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
   if (mode == Mode::kMap) {
     MapOptions map;
     map.allow_globals = options.allow_globals;
+    map.verify = options.verify;
+    map.threads = options.reader_threads;
     MapResult m = Map(path, map);
+    r->stats.verified = map.verify;
     r->seconds = m.stats.seconds;
     r->bytes = m.stats.mapped_bytes + m.stats.decoded_bytes;
     r->tensors = m.stats.tensors;
@@ -138,6 +142,7 @@ void PrintJson(const std::string& path, const Report& r) {
   jw.BeginObject().Key("file").String(path).Key("status").String("ok").Key("mode").String(ModeName(r.mode));
   jw.Key("device").String(r.device).Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds).Key("cpu_seconds").Double(r.cpu_seconds).Key("gbps").Double(gbps);
   jw.Key("tensors").UInt(r.tensors);
+  if (r.mode == Mode::kMap) jw.Key("verified").Bool(r.stats.verified);
   if (r.mode != Mode::kMap) {
     const LoadStats& s = r.stats;
     jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));

@@ -101,15 +101,17 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     describe the same storages and tensors as the container's index (CorruptError otherwise).
     Only then is it replayed through torch's unpickler (weights_only keeps torch's meaning).
 
-    mmap=True gives CPU tensors that alias the file (copy-on-write). With verify=True (the
-    default) every byte of the file is checked first, as zckpt.verify does, so a flipped bit
-    raises CorruptError before anything is returned (this reads the file once); pass
-    verify=False for a load that reads nothing up front and checks nothing. As with
-    torch.load(mmap=True), the views show the file as it is when their pages are first read:
-    a later rewrite shows through, and touching a page after another process truncated the file
-    raises SIGBUS (the process dies unless it handles the signal). Without mmap, a file truncated
-    or rewritten by another process during the load ends in ZckptError naming the file, never a
-    crash.
+    mmap=True gives CPU tensors that alias the file's page cache (copy-on-write), as
+    torch.load(mmap=True) does. With verify=True (the default) every chunk is checked first,
+    hashed where it lies in the mapping (no copy): a flipped bit raises CorruptError before
+    anything is returned, a file truncated while it is checked raises ZckptError naming it, and
+    the pages the tensors alias are the ones that were hashed, so reading them afterwards costs
+    no page fault. verify=False reads nothing up front and checks nothing. As with
+    torch.load(mmap=True), the views show the file as it is when their pages are read: another
+    process rewriting it later changes them, and touching a view after another process truncated
+    the file raises SIGBUS (the process dies unless it handles the signal). Without mmap, a file
+    truncated or rewritten by another process during the load ends in ZckptError naming the
+    file, never a crash.
 
     Errors: ZckptError and its subclasses, each naming the file: UnsafeError (a refused
     global), CorruptError (damaged, inconsistent or malformed file); pickle.UnpicklingError
@@ -124,11 +126,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     if mmap:
         if map_location not in (None, "cpu", torch.device("cpu")):
             raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
-        if verify:
-            problems = _C.verify(path, 0)
-            if problems:
-                raise CorruptError("\n".join(problems))
-        raw = _C.map_storages(path)
+        raw = _C.map_storages(path, verify)
     else:
         devices = {}
         for key, location in locations.items():
