@@ -185,10 +185,12 @@ void PopulateForWrite(uint8_t* dst, uint64_t len) {
 constexpr uint64_t kReadPiece = 512 << 10;
 
 // Bytes not in the page cache: O_DIRECT reads of this size, this many in flight per reader
-// thread, straight into the destination (measured here, cold: one 16 MiB read at a time as dd
-// does 1.25 GB/s, 4-8 reads of 8-16 MiB in flight 1.7 GB/s; buffered cold reads 0.3-0.4 GB/s).
+// thread, straight into the destination. Measured here, cold, 1.08 GiB: one 16 MiB read at a
+// time (dd) 1.0-1.25 GB/s, 4-8 reads of 8-16 MiB in flight up to 1.7 GB/s, buffered reads
+// 0.3-0.4 GB/s; a load with 2 readers x depth 2/4/8/16: 1.14-1.39 / 1.11-1.28 / 1.03-1.18 /
+// 1.01-1.25 s (dd 1.07-1.15 s in the same rounds).
 constexpr uint64_t kUncachedPiece = 8 << 20;
-constexpr size_t kUncachedDepth = 4;
+constexpr size_t kUncachedDepth = 8;
 
 }  // namespace
 
