@@ -25,7 +25,7 @@ torch.save(sd, path)
 print(f"wrote {path}: {total / 2**30:.2f} GiB in {len(sd)} tensors")
 PYEOF
 "$ZCKPT" convert "$WORK/shard.pt" -o "$WORK/shard.zckpt" --quiet --force
-"$ZCKPT" bench verify "$WORK/shard.zckpt" --repeat 3
+"$ZCKPT" bench verify "$WORK/shard.zckpt" --rounds 5
 best=1e9
 for _ in 1 2 3; do
   s=$(date +%s.%N); cat "$WORK/shard.zckpt" > /dev/null; e=$(date +%s.%N)

@@ -23,8 +23,8 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: zckpt load FILE [--device cpu|cuda[:N]] [--no-verify] [--chunk-bytes N] [--slots N]\n"
-    "                  [--threads N] [--method auto|pread|mmap|direct] [--ring-only] [--into | --map]\n"
-    "                  [--json] [--allow-global MOD.NAME]...\n\n"
+    "                  [--threads N] [--method auto|pread|mmap|direct] [--ring-only] [--buffered]\n"
+    "                  [--into | --map] [--json] [--allow-global MOD.NAME]...\n\n"
     "Loads every tensor of FILE onto the device (default cpu) through the streaming loader:\n"
     "--threads reader threads (default half the hardware threads, 2 to 8) fill a ring of\n"
     "--slots host buffers (default threads + 2, at least 4) of --chunk-bytes each (default\n"
@@ -35,6 +35,8 @@ constexpr const char* kHelp =
     "device has free (cudaMemGetInfo) while the result is alive.\n"
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
+    "  --buffered  cpu: read uncached bytes through the page cache too (by default bytes going\n"
+    "           straight into the destination that are not cached are read with O_DIRECT)\n"
     "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
     "  --map    map the file instead: CPU tensors aliasing it (Map), every chunk checked in the\n"
     "           mapping first (with --no-verify: nothing read)\n"
@@ -190,7 +192,7 @@ void PrintText(const std::string& path, const Report& r) {
 }  // namespace
 
 int RunLoad(const Argv& argv) {
-  Args args(argv, {"help", "json", "no-verify", "ring-only", "into", "map"},
+  Args args(argv, {"help", "json", "no-verify", "ring-only", "buffered", "into", "map"},
             {"device", "chunk-bytes", "slots", "threads", "method", "progress", "allow-global"},
             {{"h", "help"}, {"j", "threads"}});
   if (!args.ok()) return UsageError("load", args.error());
@@ -209,6 +211,7 @@ int RunLoad(const Argv& argv) {
   options.verify = !args.Has("no-verify");
   options.allow_globals = args.GetAll("allow-global");
   options.cpu_read_into_destination = !args.Has("ring-only");
+  options.direct_when_uncached = !args.Has("buffered");
   auto slot = args.GetSize("chunk-bytes");
   auto slots = args.GetInt("slots");
   auto threads = args.GetInt("threads");
