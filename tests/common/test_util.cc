@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +113,21 @@ int RunPython(const std::string& script, const std::vector<std::string>& args, s
   std::string cmd = ShellQuote(TestPython()) + " " + ShellQuote(SourceRoot() + "/" + script);
   for (const auto& a : args) cmd += " " + ShellQuote(a);
   return RunCommand(cmd, output);
+}
+
+bool EvictFromPageCache(const std::string& path, uint64_t offset, uint64_t len) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+  ::close(fd);
+  int direct = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (direct < 0) return false;
+  void* buf = nullptr;
+  bool works = posix_memalign(&buf, 4096, 4096) == 0 && pread(direct, buf, 4096, 0) >= 0;
+  std::free(buf);
+  ::close(direct);
+  return works;
 }
 
 }  // namespace zckpt::testing

@@ -50,6 +50,10 @@ int RunCommand(const std::string& command, std::string* output = nullptr);
 // Quotes for /bin/sh.
 std::string ShellQuote(const std::string& s);
 // $ZCKPT_SOURCE_ROOT / $ZCKPT_BUILD_ROOT (set by meson test), or "." when unset.
+// Drops the file's pages [offset, offset+len) (len 0: to the end) from the page cache (written
+// back first, so every page can go); returns whether O_DIRECT reads work on its filesystem
+// (they do not on tmpfs, where nothing can be evicted either).
+bool EvictFromPageCache(const std::string& path, uint64_t offset = 0, uint64_t len = 0);
 std::string SourceRoot();
 std::string BuildRoot();
 

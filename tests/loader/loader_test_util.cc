@@ -108,21 +108,6 @@ void FlipBit(const std::string& path, uint64_t offset) {
   ::close(fd);
 }
 
-bool EvictFromPageCache(const std::string& path, uint64_t offset, uint64_t len) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw std::runtime_error("cannot open " + path);
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
-  ::close(fd);
-  int direct = ::open(path.c_str(), O_RDONLY | O_DIRECT);
-  if (direct < 0) return false;
-  void* buf = nullptr;
-  bool works = posix_memalign(&buf, 4096, 4096) == 0 && pread(direct, buf, 4096, 0) >= 0;
-  std::free(buf);
-  ::close(direct);
-  return works;
-}
-
 void ReadWhole(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw std::runtime_error("cannot open " + path);

@@ -54,10 +54,6 @@ std::vector<uint8_t> BytesOf(const at::Tensor& bytes);
 bool SameBytes(const at::Tensor& a, const at::Tensor& b);
 // Flips one bit of the file at `offset`.
 void FlipBit(const std::string& path, uint64_t offset);
-// Drops the file's pages [offset, offset+len) (len 0: to the end) from the page cache (written
-// back first, so every page can go); returns whether O_DIRECT reads work on its filesystem
-// (they do not on tmpfs, where nothing can be evicted either).
-bool EvictFromPageCache(const std::string& path, uint64_t offset = 0, uint64_t len = 0);
 // Reads the whole file so every page is cached.
 void ReadWhole(const std::string& path);
 // Threads of this process (/proc/self/task).
