@@ -9,6 +9,7 @@
 // a load hitting a corrupt chunk must stop with the right error, joining every thread.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -117,7 +118,7 @@ TEST(LoaderPipeline, UncachedBytesComeDirectIntoAlignedDestinations) {
       o.reader_threads = threads;
       LoadStats st = loader::StreamChunks(*c, d, o, {});
       for (size_t s = 0; s < expected.size(); ++s)
-        ASSERT_EQ(std::memcmp(storages[s].get(), expected[s].data(), expected[s].size()), 0) << "storage " << s;
+        ASSERT_TRUE(std::equal(expected[s].begin(), expected[s].end(), storages[s].get())) << "storage " << s;
       if (direct) {
         EXPECT_GT(st.uncached_bytes, 0u);
         if (half) EXPECT_LT(st.uncached_bytes, st.raw_bytes);
