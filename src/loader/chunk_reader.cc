@@ -104,7 +104,7 @@ uint64_t ChunkReader::Pread(int fd, uint64_t offset, uint64_t len, uint8_t* dst)
     if (n < 0) {
       if (errno == EINTR) continue;
       throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) +
-                                      (fd == uncached_fd_ ? " (O_DIRECT): " : ": ") + std::strerror(errno));
+                                      (fd == direct_fd_ ? " (O_DIRECT): " : ": ") + std::strerror(errno));
     }
     if (n == 0) break;  // end of file (an O_DIRECT span rounded past it, or a file that shrank)
     done += static_cast<uint64_t>(n);

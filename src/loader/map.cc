@@ -3,20 +3,14 @@
 #include <c10/core/Allocator.h>
 #include <sys/mman.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
-#include "common/fault_guard.h"
 #include "common/mapped_file.h"
-#include "format/chunk_codec.h"
+#include "loader/map_verify.h"
 #include "loader/tensors.h"
 #include "zckpt/container.h"
 #include "zckpt/loader.h"
@@ -60,54 +54,6 @@ at::Tensor MappedBytes(const std::shared_ptr<Mapping>& m, uint64_t offset, uint6
   return loader::BytesOf(storage);
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels say EINVAL and pages fault as hashed
-#endif
-
-// Hashes the raw chunks of the mapped storages in the mapping, `threads` at a time. Each chunk's
-// pages are first mapped in with MADV_POPULATE_READ, one call instead of a fault per few pages
-// (EFAULT there: the file is shorter than its index). The mapping is the file's: another process
-// may truncate it at any moment, so the hash reads it under a SIGBUS guard (common/fault_guard.h)
-// and a page that is gone ends in Error(kIo) naming the file, never a SIGBUS.
-void VerifyMapped(const Container& c, const uint8_t* base, const std::vector<uint64_t>& chunks, unsigned threads) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  auto work = [&] {
-    try {
-      for (size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < chunks.size();) {
-        format::ChunkRecord r = c.chunk(chunks[k]);
-        const uint8_t* p = base + r.offset;
-        auto shrank = [&] {
-          return Error(ErrorKind::kIo, FileShrankMessage(c.path(), r.offset, r.offset + r.stored_bytes) + " (checking " +
-                                           c.DescribeChunk(chunks[k]) + ")");
-        };
-        uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-        uintptr_t end = reinterpret_cast<uintptr_t>(p + r.stored_bytes);
-        if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) != 0 && errno == EFAULT) throw shrank();
-        uint64_t got = 0;
-        auto hash = [&] { got = format::Checksum(p, r.stored_bytes); };  // one-shot XXH3: guard-safe
-        if (!Guarded(p, r.stored_bytes, hash)) throw shrank();
-        if (got != r.stored_checksum)
-          throw Error(ErrorKind::kCorrupt,
-                      c.DescribeChunk(chunks[k]) + ": " + format::internal::ChecksumMismatch("stored", r.stored_checksum, got));
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      failed = true;
-    }
-  };
-  threads = static_cast<unsigned>(std::clamp<size_t>(threads, 1, std::max<size_t>(chunks.size(), 1)));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
 MapResult MapImpl(const std::string& path, bool views, const MapOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   auto c = Container::Open(path);
@@ -140,7 +86,7 @@ MapResult MapImpl(const std::string& path, bool views, const MapOptions& options
     result.stats.decoded_bytes += info.raw_bytes;
     bytes.push_back(std::move(owned));
   }
-  if (!to_verify.empty()) VerifyMapped(*c, mapping->data(), to_verify, options.threads);
+  if (!to_verify.empty()) loader::VerifyMapped(*c, mapping->data(), to_verify, options.threads);
   loader::FinishResult(*c, bytes, views, options.object_tree ? &pickle : nullptr, t0, &result, &result.stats);
   return result;
 }

@@ -3,9 +3,18 @@
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "loader/map_verify.h"
 #include "loader_test_util.h"
 #include "test_util.h"
 #include "zckpt/container.h"
@@ -154,6 +163,76 @@ TEST(Map, VerifyChecksEveryChunkInTheMapping) {
     testing::FlipBit(path, r.offset + r.stored_bytes - 1);
   }
   EXPECT_NO_THROW(Map(path, verify));
+}
+
+// verify reads the file's mapping, which another process may truncate at any moment: a chunk
+// whose pages are gone ends the check with Error(kIo) naming the file (the SIGBUS guard), with
+// one thread and with several, never a SIGBUS.
+TEST(Map, VerifyOfAFileTruncatedAfterOpenIsAnIoError) {
+  for (unsigned threads : {1u, 3u}) {
+    SCOPED_TRACE(threads);
+    testing::TempDir dir;
+    Fixture f;
+    for (int i = 0; i < 4; ++i) f.AddContiguous("w" + std::to_string(i), DType::kFloat32, {64, 256}, 20 + i);
+    std::string path = f.WriteIn(dir, "t.zckpt", SmallChunks(16 << 10));
+    auto c = Container::Open(path);
+    std::vector<uint64_t> chunks;
+    for (uint64_t i = 0; i < c->chunk_count(); ++i) chunks.push_back(i);
+    loader::VerifyMapped(*c, c->data(), chunks, threads);  // whole: no error
+    const uint64_t cut = c->chunk(chunks.size() / 2).offset + 100;  // inside a chunk halfway through
+    ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(cut)), 0);
+    try {
+      loader::VerifyMapped(*c, c->data(), chunks, threads);
+      FAIL() << "checked a chunk whose bytes are gone";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path + ": the file changed size"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Map(verify) while another thread truncates the file and writes it back, again and again: each
+// Map returns or throws an error (never a SIGBUS), and some of them meet the truncation while
+// checking. (The tensors of a Map that returned are not touched: the file may be short again.)
+TEST(Map, VerifyRacingTruncationReturnsOrFails) {
+  testing::TempDir dir;
+  Fixture f;
+  for (int i = 0; i < 4; ++i) f.AddContiguous("w" + std::to_string(i), DType::kFloat32, {256, 1024}, 30 + i);
+  std::string path = f.WriteIn(dir, "r.zckpt", SmallChunks(64 << 10));
+  const std::vector<uint8_t> original = testing::ReadFileBytes(path);
+  int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> stop{false};
+  std::thread changer([&] {
+    std::mt19937_64 rng(5);
+    while (!stop) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+      (void)!::ftruncate(fd, static_cast<off_t>(4096 + rng() % (original.size() - 8192)));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+      (void)!::pwrite(fd, original.data(), original.size(), 0);
+    }
+  });
+  MapOptions verify;
+  verify.verify = true;
+  verify.threads = 2;
+  int ok = 0, shrank = 0, other = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int n = 0; n < 50 || std::chrono::steady_clock::now() < end; ++n) {
+    try {
+      (void)Map(path, verify);
+      ++ok;
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_TRUE(e.kind() == ErrorKind::kIo || e.kind() == ErrorKind::kCorrupt || e.kind() == ErrorKind::kNotContainer) << m;
+      if (e.kind() == ErrorKind::kIo && m.find("(checking ") != std::string::npos) ++shrank;
+      else ++other;
+    }
+  }
+  stop = true;
+  changer.join();
+  ::close(fd);
+  std::printf("map verify race: %d maps complete, %d met a shrunk file while checking, %d other errors\n", ok, shrank, other);
+  EXPECT_GT(shrank, 0) << "no check met the truncation: the race did not happen";
 }
 
 TEST(Map, ReadsNoDataOfALargeFile) {
