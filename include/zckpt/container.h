@@ -107,6 +107,7 @@ class Container {
   // The file as mapped at open. Another process may rewrite these bytes, or truncate the file so
   // that touching them raises SIGBUS: zckpt reads it only under a SIGBUS guard (Verify, the
   // loader's mmap method: common/fault_guard.h) and never checks a byte here then uses it again.
+  // (The loader also asks mincore which of its pages are cached, which reads no byte.)
   // For zero-copy views whose user accepts that (tests).
   const uint8_t* data() const;
   // The private copy of the index the accessors decode (index_bytes() long, then the padding
