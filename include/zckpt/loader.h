@@ -186,7 +186,7 @@ struct MapOptions {
 // CPU tensors aliasing a copy-on-write (MAP_PRIVATE, read-write) mapping of the file, kept alive
 // by the tensors' deleters: O(number of tensors) without verify, writes never reach the file.
 // Storages with zstd chunks cannot alias the file: they are decoded (and checked) into owned
-// memory. With options.verify, every other chunk is checked in the mapping first: Error(kCorrupt)
+// memory. With options.verify, every raw chunk is checked in the mapping first: Error(kCorrupt)
 // naming the chunk (Container::DescribeChunk) on a mismatch, Error(kIo) naming the file when it
 // turns out shorter than its index says (the hashing runs under a SIGBUS guard,
 // common/fault_guard.h: no SIGBUS while checking). Without it uncompressed bytes are not checked
