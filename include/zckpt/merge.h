@@ -56,4 +56,14 @@ struct MergeStats {
 // safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo.
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options = {});
 
+// verl's FSDP1 optimizer files (`<options.files>_world_size_W_rank_R`: optimizer.state_dict() of
+// FlatParameters, each rank's shard a plain 1-D tensor) are merged per parameter, as FSDP's
+// full_optim_state_dict gives them (`state.<fqn>.<key>`), from the FlatParameter layout that the
+// model files beside them and FSDP's flattening rules give (src/merge/fsdp1_flat.h). That layout,
+// as JSON: {"world_size": W, "wrapped": "model.layers" or "", "flat_params": [{"unit", "numel",
+// "shard", "flat_keys", "scalar_keys", "params": [{"fqn", "shape", "offset", "numel"}]}]};
+// "" when the files are not such state. Errors as MergeCheckpoint's (kUnsupported when the
+// files do not say where each parameter's moments lie).
+std::string Fsdp1OptimLayout(const std::string& dir, const MergeOptions& options);
+
 }  // namespace zckpt

@@ -13,13 +13,13 @@
 
 namespace zckpt::merge {
 
-namespace {
-
 std::string Dims(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
+
+namespace {
 
 std::string Box(const Piece& p) { return p.view.what + " at " + Dims(p.offsets) + " size " + Dims(p.view.shape); }
 
@@ -90,23 +90,27 @@ bool SelectName(const std::string& keys, std::string* name) {
 }
 
 void Tile(FullTensor& t) {
+  const std::vector<int64_t>& shape = t.tiled();
   const std::string what = "tensor '" + t.name + "' " + Dims(t.shape);
-  uint64_t total = Numel(t.shape);
+  uint64_t total = Numel(shape);
+  if (total != Numel(t.shape)) throw Error(ErrorKind::kCorrupt, what + ": tiled as " + Dims(shape) + ", another size");
   (void)t.bytes();
   std::vector<Piece> kept;
   for (Piece& p : t.pieces) {
     if (p.view.dtype != t.dtype)
       throw Error(ErrorKind::kCorrupt, what + ": " + p.view.what + " holds " + std::string(DTypeName(p.view.dtype)) +
                                            ", another piece " + std::string(DTypeName(t.dtype)));
-    if (p.offsets.size() != t.shape.size() || p.view.shape.size() != t.shape.size())
+    if (p.offsets.size() != shape.size() || p.view.shape.size() != shape.size())
       throw Error(ErrorKind::kCorrupt, what + ": " + Box(p) + " has another number of dimensions");
-    for (size_t d = 0; d < t.shape.size(); ++d)
-      if (p.offsets[d] < 0 || p.view.shape[d] < 0 || p.offsets[d] > t.shape[d] || p.view.shape[d] > t.shape[d] - p.offsets[d])
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (p.offsets[d] < 0 || p.view.shape[d] < 0 || p.offsets[d] > shape[d] || p.view.shape[d] > shape[d] - p.offsets[d])
         throw Error(ErrorKind::kCorrupt, what + ": " + Box(p) + " lies outside the tensor");
     if (Numel(p.view.shape) == 0) continue;
-    bool replica = false;
-    for (const Piece& k : kept) replica = replica || (k.offsets == p.offsets && k.view.shape == p.view.shape);
-    if (!replica) kept.push_back(std::move(p));
+    // Identical boxes are replicas: kept once, the others compared with it when read.
+    auto same = std::find_if(kept.begin(), kept.end(),
+                             [&](const Piece& k) { return k.offsets == p.offsets && k.view.shape == p.view.shape; });
+    if (same != kept.end()) same->replicas.push_back(std::move(p.view));
+    else kept.push_back(std::move(p));
   }
   std::sort(kept.begin(), kept.end(), [](const Piece& a, const Piece& b) { return a.offsets < b.offsets; });
   uint64_t covered = 0;
@@ -114,9 +118,10 @@ void Tile(FullTensor& t) {
     covered += Numel(kept[i].view.shape);
     // Sorted by offsets: only pieces starting before this one ends along dim 0 can overlap it.
     for (size_t j = i + 1; j < kept.size(); ++j) {
-      if (!t.shape.empty() && kept[j].offsets[0] >= kept[i].offsets[0] + kept[i].view.shape[0]) break;
+      if (!shape.empty() && kept[j].offsets[0] >= kept[i].offsets[0] + kept[i].view.shape[0]) break;
       if (Overlap(kept[i], kept[j]))
-        throw Error(ErrorKind::kCorrupt, what + ": " + Box(kept[i]) + " overlaps " + Box(kept[j]) + " and they differ");
+        throw Error(ErrorKind::kCorrupt, what + ": " + Box(kept[i]) + " overlaps " + Box(kept[j]) +
+                                             ": pieces that neither tile the tensor nor are replicas of one box");
     }
   }
   if (covered != total)
@@ -189,15 +194,41 @@ void Assembler::Stream(const SavedView& v, uint64_t begin, uint64_t end, uint8_t
     throw Error(ErrorKind::kCorrupt, v.what + ": its storage's bytes fail their zip CRC-32");
 }
 
+// A piece saved more than once: every copy read whole and compared before the box is filled.
+void Assembler::Place(const FullTensor& t, const Piece& p, uint8_t* dst) {
+  const uint64_t item = DTypeSize(t.dtype);
+  const uint64_t bytes = Numel(p.view.shape) * item;
+  std::vector<uint8_t> first(bytes), other(bytes);
+  Read(p.view, first.data());
+  for (const SavedView& r : p.replicas) {
+    Read(r, other.data());
+    auto [a, b] = std::mismatch(first.begin(), first.end(), other.begin());
+    if (a != first.end())
+      throw Error(ErrorKind::kCorrupt, "tensor '" + t.name + "' " + Dims(t.shape) + ": " + p.view.what + " and " + r.what +
+                                           " hold the same box at " + Dims(p.offsets) + " size " + Dims(p.view.shape) +
+                                           " but differ (first at element " + std::to_string((a - first.begin()) / item) +
+                                           "): pieces that neither tile the tensor nor are equal replicas");
+  }
+  Runs runs(t.tiled(), p.offsets, p.view.shape);
+  const uint64_t run_bytes = runs.run() * item;
+  for (uint64_t r = 0, at = 0; at < bytes; ++r, at += run_bytes)
+    std::memcpy(dst + static_cast<uint64_t>(runs.Start(r)) * item, first.data() + at, run_bytes);
+}
+
 void Assembler::Assemble(const FullTensor& t, uint8_t* dst) {
   const uint64_t item = DTypeSize(t.dtype);
+  const std::vector<int64_t>& shape = t.tiled();
   for (const Piece& p : t.pieces) {
     const SavedView& v = p.view;
     uint64_t numel = Numel(v.shape);
     if (numel == 0) continue;
+    if (!p.replicas.empty()) {
+      Place(t, p, dst);
+      continue;
+    }
     if (Contiguous(v)) {
       uint64_t begin = v.storage_offset * item;
-      Stream(v, begin, begin + numel * item, dst, t.shape, p.offsets);
+      Stream(v, begin, begin + numel * item, dst, shape, p.offsets);
       continue;
     }
     // A strided view: its byte extent into a buffer, then element by element.
@@ -209,7 +240,7 @@ void Assembler::Assemble(const FullTensor& t, uint8_t* dst) {
     flat.shape = {static_cast<int64_t>((end - begin) / item)};
     flat.stride = {1};
     Stream(flat, begin, end, extent.data(), flat.shape, {0});
-    std::vector<int64_t> gstride = ContiguousStrides(t.shape), idx(v.shape.size(), 0);
+    std::vector<int64_t> gstride = ContiguousStrides(shape), idx(v.shape.size(), 0);
     for (uint64_t e = 0; e < numel; ++e) {
       int64_t src = 0, dst_el = 0;
       for (size_t d = 0; d < idx.size(); ++d) {
@@ -230,7 +261,7 @@ void Assembler::Read(const SavedView& v, uint8_t* dst) {
   one.name = v.what;
   one.dtype = v.dtype;
   one.shape = v.shape;
-  one.pieces.push_back(Piece{v, std::vector<int64_t>(v.shape.size(), 0)});
+  one.pieces.push_back(Piece{v, std::vector<int64_t>(v.shape.size(), 0), {}});
   Assemble(one, dst);
 }
 

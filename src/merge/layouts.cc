@@ -22,6 +22,8 @@
 #include "convert/object_pickle.h"
 #include "convert/source_kind.h"
 #include "merge/assemble.h"
+#include "merge/fsdp1_flat.h"
+#include "merge/verl_files.h"
 #include "pickle/torch_model.h"
 #include "pickle/unpickler.h"
 #include "pt/pt_archive.h"
@@ -35,14 +37,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-// One tensor record of a verl file, from a container or a .pt.
-struct Record {
-  std::string name;
-  uint32_t flags = 0;
-  std::string extra;
-  SavedView view;
-};
 
 std::vector<int64_t> IntList(const json& j, const char* key, const std::string& what) {
   auto it = j.find(key);
@@ -223,7 +217,7 @@ Piece DTensorPiece(const Record& r, int64_t rank, int64_t world, std::vector<int
     throw Error(ErrorKind::kCorrupt, what + ": rank " + std::to_string(rank) + "'s local tensor has shape " + s +
                                          "], its placements give " + l + "]");
   }
-  return Piece{r.view, offset};
+  return Piece{r.view, offset, {}};
 }
 
 Piece ShardPiece(const Record& r, int64_t rank, std::vector<int64_t>* global) {
@@ -238,7 +232,7 @@ Piece ShardPiece(const Record& r, int64_t rank, std::vector<int64_t>* global) {
   *global = IntList(j, "global_shape", what);
   std::vector<int64_t> offsets = IntList(j, "shard_offsets", what), sizes = IntList(j, "shard_sizes", what);
   if (sizes != r.view.shape) throw Error(ErrorKind::kCorrupt, what + ": its shard sizes differ from its shape");
-  return Piece{r.view, offsets};
+  return Piece{r.view, offsets, {}};
 }
 
 // Adds a piece to the tensor `name`, creating it (in first-seen order) when new.
@@ -252,56 +246,17 @@ void AddPiece(Checkpoint& ck, std::map<std::string, size_t>& index, const std::s
   t.pieces.push_back(std::move(piece));
 }
 
-Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
-  // rank -> file (a .zckpt preferred to a .pt of the same rank)
-  const std::regex pattern("^(.+)_world_size_([0-9]+)_rank_([0-9]+)\\.(zckpt|pt)$");
-  std::map<int64_t, std::string> files;
-  int64_t world = -1;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    std::string name = entry.path().filename().string();
-    std::smatch m;
-    if (!std::regex_match(name, m, pattern) || m[1] != options.files) continue;
-    if (m[2].length() > 9 || m[3].length() > 9) continue;
-    int64_t w = std::stoll(m[2]), r = std::stoll(m[3]);
-    if (world >= 0 && w != world)
-      throw Error(ErrorKind::kInvalidArgument, dir + ": files of world sizes " + std::to_string(world) + " and " +
-                                                   std::to_string(w) + " side by side");
-    world = w;
-    if (r >= w) throw Error(ErrorKind::kInvalidArgument, dir + ": " + name + " names a rank past its world size");
-    auto& slot = files[r];
-    if (slot.empty() || dcp::EndsWith(name, ".zckpt")) slot = entry.path().string();
-  }
-  if (world < 0)
-    throw Error(ErrorKind::kInvalidArgument, dir + ": neither a DCP folder (.metadata) nor verl's per-rank files (" +
-                                                 options.files + "_world_size_W_rank_R.zckpt or .pt)");
-  for (int64_t r = 0; r < world; ++r)
-    if (!files.count(r))
-      throw Error(ErrorKind::kInvalidArgument, dir + ": rank " + std::to_string(r) + " of " + std::to_string(world) +
-                                                   " is missing (" + options.files + "_world_size_" + std::to_string(world) +
-                                                   "_rank_" + std::to_string(r) + ".zckpt or .pt)");
-  Checkpoint ck;
-  ck.layout = "verl (" + std::to_string(world) + " ranks)";
-  std::map<std::string, size_t> index;
-  Assembler assembler;
-  const std::regex local_shard("^(.*)\\.local_shards\\.[0-9]+$");
-  for (const auto& [rank, path] : files) {
-    std::vector<Record> records;
-    std::string saved_as;
-    if (dcp::EndsWith(path, ".zckpt")) {
-      ck.containers.push_back(Container::Open(path));
-      // The index is what is merged: its pickle (what zckpt.load would give) must agree first.
-      (void)convert::ReadObjectPickle(*ck.containers.back(), PickleRead(options));
-      records = ContainerRecords(*ck.containers.back());
-      saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
-    } else {
-      auto file = std::make_shared<const MappedFile>(path);
-      ck.files.push_back(file);
-      records = ArchiveRecords(file, &saved_as, PickleRead(options));
-    }
-    CheckSavedAs(path, saved_as, options.files, world, rank);
-    CheckMeshRanks(records, world, path, assembler);
-    for (const Record& r : records) {
+const std::regex& RankFilePattern() {
+  static const std::regex pattern("^(.+)_world_size_([0-9]+)_rank_([0-9]+)\\.(zckpt|pt)$");
+  return pattern;
+}
+
+// The pieces of a family of verl files whose tensors are DTensor / ShardedTensor local shards
+// (their metadata places them) or plain tensors (every rank holds all of it: replicas).
+void AddPlacedPieces(const VerlFamily& fam, const MergeOptions& options, Checkpoint& ck,
+                     std::map<std::string, size_t>& index) {
+  for (int64_t rank = 0; rank < fam.world; ++rank) {
+    for (const Record& r : fam.ranks[rank]) {
       if ((r.flags & format::kTensorInternal) || IsMeshTensor(r)) continue;
       if (r.flags & format::kTensorQuantized)
         throw Error(ErrorKind::kUnsupported, r.view.what + ": quantized tensors cannot be merged");
@@ -311,18 +266,33 @@ Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
       std::vector<int64_t> global;
       Piece piece;
       if (r.flags & format::kTensorDTensorLocal) {
-        piece = DTensorPiece(r, rank, world, &global);
+        piece = DTensorPiece(r, rank, fam.world, &global);
       } else if (r.flags & format::kTensorShardedLocal) {
         piece = ShardPiece(r, rank, &global);
-        std::smatch m;
-        if (std::regex_match(name, m, local_shard)) name = m[1];
+        name = ShardedTensorName(name);
       } else {
         global = r.view.shape;  // a plain tensor: every rank holds all of it
-        piece = Piece{r.view, std::vector<int64_t>(global.size(), 0)};
+        piece = Piece{r.view, std::vector<int64_t>(global.size(), 0), {}};
       }
       if (!SelectName(options.keys, &name)) continue;
       AddPiece(ck, index, name, r.view.dtype, global, std::move(piece));
     }
+  }
+}
+
+Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
+  Checkpoint ck;
+  VerlFamily fam = ReadVerlFamily(dir, options.files, options, ck);
+  ck.layout = "verl (" + std::to_string(fam.world) + " ranks)";
+  std::map<std::string, size_t> index;
+  if (std::optional<Fsdp1Layout> layout = FindFsdp1Layout(dir, fam, options, ck)) {
+    // FSDP1's optimizer.state_dict(): rank-local FlatParameter shards as plain tensors, placed
+    // by the FlatParameter layout the model files give (fsdp1_flat.h).
+    AddFlatOptimPieces(*layout, fam, options, ck);
+    ck.layout = "verl FSDP1 flat optimizer state (" + std::to_string(fam.world) + " ranks, " +
+                std::to_string(layout->flat_params.size()) + " FlatParameters)";
+  } else {
+    AddPlacedPieces(fam, options, ck, index);
   }
   std::string hf = dir + "/huggingface";
   if (fs::is_directory(hf)) ck.huggingface_dir = hf;
@@ -391,6 +361,80 @@ Checkpoint DiscoverDcp(const std::string& dir, const MergeOptions& options) {
 }
 
 }  // namespace
+
+std::string ShardedTensorName(const std::string& record_name) {
+  static const std::regex local_shard("^(.*)\\.local_shards\\.[0-9]+$");
+  std::smatch m;
+  return std::regex_match(record_name, m, local_shard) ? std::string(m[1]) : record_name;
+}
+
+std::vector<int64_t> ShardedGlobalShape(const Record& r) {
+  return IntList(ParseExtra(r.extra, r.view.what), "global_shape", r.view.what);
+}
+
+bool HasVerlFamily(const std::string& dir, const std::string& family) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, RankFilePattern()) && m[1] == family) return true;
+  }
+  return false;
+}
+
+VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, const MergeOptions& options,
+                          Checkpoint& ck) {
+  // rank -> file (a .zckpt preferred to a .pt of the same rank)
+  std::map<int64_t, std::string> files;
+  int64_t world = -1;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(name, m, RankFilePattern()) || m[1] != family) continue;
+    if (m[2].length() > 9 || m[3].length() > 9) continue;
+    int64_t w = std::stoll(m[2]), r = std::stoll(m[3]);
+    if (world >= 0 && w != world)
+      throw Error(ErrorKind::kInvalidArgument, dir + ": files of world sizes " + std::to_string(world) + " and " +
+                                                   std::to_string(w) + " side by side");
+    world = w;
+    if (r >= w) throw Error(ErrorKind::kInvalidArgument, dir + ": " + name + " names a rank past its world size");
+    auto& slot = files[r];
+    if (slot.empty() || dcp::EndsWith(name, ".zckpt")) slot = entry.path().string();
+  }
+  if (world < 0)
+    throw Error(ErrorKind::kInvalidArgument, dir + ": neither a DCP folder (.metadata) nor verl's per-rank files (" +
+                                                 family + "_world_size_W_rank_R.zckpt or .pt)");
+  for (int64_t r = 0; r < world; ++r)
+    if (!files.count(r))
+      throw Error(ErrorKind::kInvalidArgument, dir + ": rank " + std::to_string(r) + " of " + std::to_string(world) +
+                                                   " is missing (" + family + "_world_size_" + std::to_string(world) +
+                                                   "_rank_" + std::to_string(r) + ".zckpt or .pt)");
+  VerlFamily fam;
+  fam.family = family;
+  fam.world = world;
+  Assembler assembler;
+  for (const auto& [rank, path] : files) {
+    std::vector<Record> records;
+    std::string saved_as;
+    if (dcp::EndsWith(path, ".zckpt")) {
+      ck.containers.push_back(Container::Open(path));
+      // The index is what is merged: its pickle (what zckpt.load would give) must agree first.
+      (void)convert::ReadObjectPickle(*ck.containers.back(), PickleRead(options));
+      records = ContainerRecords(*ck.containers.back());
+      saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
+    } else {
+      auto file = std::make_shared<const MappedFile>(path);
+      ck.files.push_back(file);
+      records = ArchiveRecords(file, &saved_as, PickleRead(options));
+    }
+    CheckSavedAs(path, saved_as, family, world, rank);
+    CheckMeshRanks(records, world, path, assembler);
+    fam.paths.push_back(path);
+    fam.ranks.push_back(std::move(records));
+  }
+  return fam;
+}
 
 Checkpoint Discover(const std::string& dir, const MergeOptions& options) {
   if (!fs::is_directory(dir)) throw Error(ErrorKind::kInvalidArgument, dir + ": not a folder");

@@ -35,6 +35,9 @@ struct SavedView {
 struct Piece {
   SavedView view;
   std::vector<int64_t> offsets;
+  // Other saved views of the same box (Replicate placements, a plain tensor on every rank): Tile
+  // moves them here, and Assemble checks each holds the same bytes as `view` (else an error).
+  std::vector<SavedView> replicas = {};
 };
 
 struct FullTensor {
@@ -42,6 +45,10 @@ struct FullTensor {
   DType dtype = DType::kInvalid;
   std::vector<int64_t> shape;
   std::vector<Piece> pieces;
+  // The shape the pieces tile when it is not `shape`: FSDP1's flat optimizer moments cut a
+  // parameter into 1-D runs of its row-major elements, so they tile its [numel] (same bytes).
+  std::vector<int64_t> tile_shape = {};
+  const std::vector<int64_t>& tiled() const { return tile_shape.empty() ? shape : tile_shape; }
   uint64_t bytes() const;
 };
 
@@ -53,6 +60,9 @@ struct Checkpoint {
   std::vector<std::unique_ptr<Container>> containers;
   std::vector<std::shared_ptr<const MappedFile>> files;
 };
+
+// "[2, 3]", for messages.
+std::string Dims(const std::vector<int64_t>& v);
 
 // `name` as the output calls it: `keys` removed from its front; false when it does not start so.
 bool SelectName(const std::string& keys, std::string* name);

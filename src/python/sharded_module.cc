@@ -202,6 +202,14 @@ py::dict Merge(const std::string& dir, const std::string& out, const std::string
   return d;
 }
 
+// FSDP1 flat optimizer files' FlatParameter layout as JSON ("" when they are not such files).
+std::string Fsdp1Layout(const std::string& dir, const std::string& files) {
+  MergeOptions o;
+  o.files = files;
+  py::gil_scoped_release release;
+  return Fsdp1OptimLayout(dir, o);
+}
+
 // The files the Python side reads and writes beside containers (DCP's .metadata, a checkpoint
 // folder's other files), under the C++ readers' and writers' rules: only a regular file is read
 // (a FIFO or device is refused, never blocks), a file that shrinks while read is an error naming
@@ -239,6 +247,7 @@ void RegisterSharded(py::module_& m) {
   m.def("read_regular_file", &ReadRegularFile, py::arg("path"));
   m.def("write_file_atomically", &WriteFileAtomically, py::arg("path"), py::arg("data"));
   m.def("copy_file_atomically", &CopyFileAtomically, py::arg("src"), py::arg("dst"));
+  m.def("fsdp1_layout", &Fsdp1Layout, py::arg("dir"), py::arg("files"));
   m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }
 

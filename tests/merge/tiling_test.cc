@@ -110,6 +110,47 @@ TEST(Tiling, ReplicasAreKeptOnceAndStridedPiecesLandRight) {
   EXPECT_EQ(Merge(t), Iota(12));
 }
 
+TEST(Tiling, ReplicasThatDifferAreRefusedNamingBothAndNothingIsWritten) {
+  // Two ranks' plain tensors of one name (FSDP1's flat optimizer moments read as if replicated):
+  // same box, other bytes. Neither a tiling nor equal replicas: an error, never one of them.
+  std::vector<float> a = Iota(6), b = Iota(6);
+  b[4] = 99.0f;
+  FullTensor t{"state.0.exp_avg", DType::kFloat32, {6}, {Make(a, {6}, {0}), Make(b, {6}, {0})}};
+  t.pieces[0].view.what = "rank0.pt: tensor 'state.0.exp_avg'";
+  t.pieces[1].view.what = "rank1.pt: tensor 'state.0.exp_avg'";
+  Tile(t);
+  ASSERT_EQ(t.pieces.size(), 1u);
+  ASSERT_EQ(t.pieces[0].replicas.size(), 1u);
+  std::vector<float> out(6, -1.0f);
+  Assembler asm_;
+  try {
+    asm_.Assemble(t, reinterpret_cast<uint8_t*>(out.data()));
+    FAIL() << "differing replicas accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt);
+    std::string msg = e.what();
+    for (const char* needle : {"rank0.pt", "rank1.pt", "state.0.exp_avg", "element 4", "neither tile"})
+      EXPECT_NE(msg.find(needle), std::string::npos) << needle << " not in: " << msg;
+  }
+  EXPECT_EQ(out, std::vector<float>(6, -1.0f));
+  // Equal replicas of a box next to another piece: assembled once, in place.
+  std::vector<float> top = BoxOf({3, 2}, {0, 0}, {2, 2}), top2 = top, rest = BoxOf({3, 2}, {2, 0}, {1, 2});
+  FullTensor u{"u", DType::kFloat32, {3, 2}, {Make(top, {2, 2}, {0, 0}), Make(rest, {1, 2}, {2, 0}), Make(top2, {2, 2}, {0, 0})}};
+  EXPECT_EQ(Merge(u), Iota(6));
+}
+
+TEST(Tiling, RunsOfAFlattenedTensorTileItsNumel) {
+  // FSDP1 flat shards: a [3, 4] parameter at flat offset 2, ranks of 5 elements each: rank 0 holds
+  // its elements [0, 3), rank 1 [3, 8), rank 2 [8, 12); each piece a 1-D run.
+  std::vector<float> full = Iota(12);
+  std::vector<float> r0(full.begin(), full.begin() + 3), r1(full.begin() + 3, full.begin() + 8),
+      r2(full.begin() + 8, full.end());
+  FullTensor t{"state.w.exp_avg", DType::kFloat32, {3, 4}, {Make(r2, {4}, {8}), Make(r0, {3}, {0}), Make(r1, {5}, {3})}, {12}};
+  EXPECT_EQ(Merge(t), full);
+  FullTensor gap{"state.w.exp_avg", DType::kFloat32, {3, 4}, {Make(r0, {3}, {0}), Make(r1, {5}, {3})}, {12}};
+  ExpectRefused(gap, "cover 8 of its 12");
+}
+
 TEST(Tiling, ZeroDimTensor) {
   std::vector<float> v = {42.0f};
   FullTensor t{"step", DType::kFloat32, {}, {Make(v, {}, {})}};

@@ -244,15 +244,21 @@ def _returned_clean(r):
     return None if r == ([], []) else f"returned {r}"
 
 
+def join_group(rank, ws, port):
+    """A spawned rank joins the gloo group; one thread (bit-exact comparisons of two runs), FSDP's
+    warnings off."""
+    import warnings
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=ws)
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+
+
 def worker(rank, ws, port, root, other_root, queue):
     results = {}
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=ws)
-        torch.set_num_threads(1)
-        import warnings
-
-        warnings.filterwarnings("ignore")
+        join_group(rank, ws, port)
         run_cases(rank, ws, root, other_root, results)
     except Exception:  # noqa: BLE001 - reported to the test
         results["worker raised"] = traceback.format_exc()

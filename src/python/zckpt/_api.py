@@ -128,11 +128,19 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
             raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
         raw = _C.map_storages(path, verify)
     else:
-        devices = {}
+        devices, meta = {}, set()
         for key, location in locations.items():
             dev = _target_device(map_location, location)
+            if dev is not None and dev.type == "meta":
+                # torch.load(map_location="meta") reads no tensor bytes: storages of the saved size
+                # on the meta device (transformers' from_pretrained asks for this).
+                meta.add(key)
+                continue
             devices[key] = "cpu" if dev is None else str(dev)
         raw = _C.load_storages(path, devices, verify)
+        sizes = {s["key"]: s["bytes"] for s in info["storages"]}
+        for key in meta:
+            raw[key] = torch.empty(sizes[key], dtype=torch.uint8, device="meta")
 
     restored = {}  # key -> storage handed out: each storage is restored (and mapped) once
 

@@ -140,8 +140,11 @@ def _reshard_dtensor(leaf, full, rank, world, meshes):
             raise NotImplementedError(f"placement {p}: only Shard and Replicate are resharded")
     key = (mesh.device_type, mesh.mesh_dim_names)
     if key not in meshes:  # one mesh per rank file, shared by its DTensors as in a real save
-        meshes[key] = DeviceMesh(mesh.device_type, torch.arange(world), mesh_dim_names=mesh.mesh_dim_names,
-                                 _init_backend=False)
+        # With its process groups, as a save at this world size pickles it: the (fake) default
+        # group's name, which the resumed run resolves to its own default group. Without them the
+        # resumed DTensors have no '_dim_group_names' and nothing can gather them
+        # (get_optimizer_state_dict(full_state_dict=True), full_tensor()).
+        meshes[key] = DeviceMesh(mesh.device_type, torch.arange(world), mesh_dim_names=mesh.mesh_dim_names)
     new_mesh = meshes[key]
     shape, offset = compute_local_shape_and_global_offset(full.shape, new_mesh, leaf.placements)
     local = full[tuple(slice(o, o + s) for o, s in zip(offset, shape))].clone()
@@ -155,6 +158,10 @@ def _reshard_sharded_tensor(leaf, full, rank, world):
     import torch.distributed as dist
     from torch.distributed.fsdp._shard_utils import _create_chunk_sharded_tensor
 
+    if world == 1:
+        # FSDP1 at world size 1 runs NO_SHARD, whose SHARDED_STATE_DICT holds plain full tensors
+        # (what verl saves at one rank); a ShardedTensor there fails load_state_dict.
+        return full.clone()
     shards = leaf.metadata().shards_metadata
     dims = {d for m in shards for d, o in enumerate(m.shard_offsets) if o != 0}
     if dims - {0}:
@@ -162,6 +169,82 @@ def _reshard_sharded_tensor(leaf, full, rank, world):
     device = shards[0].placement.device() if shards else torch.device("cpu")
     per_node = max((m.placement.device().index or 0) + 1 for m in shards) if shards else 1
     return _create_chunk_sharded_tensor(full, rank, world, per_node, dist.group.WORLD, device=torch.device(device.type))
+
+
+def _fsdp1_layout(ckpt_dir, family):
+    """The FlatParameter layout of a family of FSDP1 flat optimizer files (src/merge/fsdp1_flat.h),
+    or None when the family is not one. Raises (naming the files) when it is one whose layout the
+    files do not give."""
+    text = _C.fsdp1_layout(ckpt_dir, family)
+    return json.loads(text) if text else None
+
+
+def _flat_shard(flat, key, full, rank, world, dtype):
+    """Rank `rank`'s shard of entry `key` (exp_avg, ...) of one FlatParameter at `world` ranks, as
+    FSDP1 holds it (FlatParamHandle._get_shard): the unit's parameters flattened in order,
+    elements [rank*S, rank*S + S) with S = ceil(numel / world), zero-padded past the end."""
+    numel = flat["numel"]
+    size = -(-numel // world)
+    out = torch.zeros(size, dtype=dtype)
+    lo, hi = rank * size, min((rank + 1) * size, numel)
+    for p in flat["params"]:
+        a, b = max(lo, p["offset"]), min(hi, p["offset"] + p["numel"])
+        if a < b:
+            src = full[f"state.{p['fqn']}.{key}"].reshape(-1)
+            out[a - lo:b - lo] = src[a - p["offset"]:b - p["offset"]]
+    return out
+
+
+def _reshard_flat_optim(template, layout, full, rank, world, family):
+    """Rank `rank`'s optimizer.state_dict() of FSDP1 at `world` ranks: rank 0's file with each
+    FlatParameter's 1-D entries rebuilt from the merged per-parameter state; 0-d entries (step)
+    are rank 0's (the merge checked every rank holds the same)."""
+    state = template.get("state") if isinstance(template, dict) else None
+    if not isinstance(state, dict) or len(state) != len(layout["flat_params"]):
+        raise ValueError(f"{family}: rank 0's file holds state for {len(state or {})} parameters, the layout "
+                         f"{len(layout['flat_params'])} FlatParameters")
+    new_state = {}
+    for i, (index, entries) in enumerate(sorted(state.items())):
+        flat = layout["flat_params"][i]
+        entries = dict(entries)
+        for key in flat["flat_keys"]:
+            entries[key] = _flat_shard(flat, key, full, rank, world, entries[key].dtype)
+        new_state[index] = entries
+    out = dict(template)
+    out["state"] = new_state
+    return out
+
+
+def _tensor_names(obj, path=""):
+    if isinstance(obj, torch.Tensor):
+        return [path]
+    join = (lambda k: f"{path}.{k}") if path else str
+    if isinstance(obj, dict):
+        return [n for k, v in obj.items() for n in _tensor_names(v, join(k))]
+    if isinstance(obj, (list, tuple)):
+        return [n for i, v in enumerate(obj) for n in _tensor_names(v, join(i))]
+    return []
+
+
+def _plan(ckpt_dir, family, old_world, files, world_size, tmp):
+    """(how, rank 0's state, FSDP1 layout) for one family: "sharded" (DTensor / ShardedTensor
+    leaves rebuilt), "flat" (FSDP1 flat optimizer state re-flattened), "copy" (per-rank state).
+    Raises for a family a copy would get wrong."""
+    with _FakeGroup(0, old_world):
+        template = _load_template(files[0], tmp)
+    if _has_sharded(template):
+        return "sharded", template, None
+    flat = _fsdp1_layout(ckpt_dir, family)
+    if flat is not None:
+        return "flat", template, flat
+    tensors = _tensor_names(template)
+    if world_size != old_world and family in ("model", "optim") and tensors:
+        # A copy of rank r % W would be silently wrong (other shapes, or another rank's moments).
+        raise NotImplementedError(
+            f"{files[0]}: {family} files without sharded tensors ({len(tensors)} plain tensors, e.g. '{tensors[0]}'): "
+            "a world-size-1 FSDP1 checkpoint (NO_SHARD) does not say which tensors are parameters or how they were "
+            "flattened, so it cannot be resharded; resave it with FULL_STATE_DICT, or reshard a save of more ranks")
+    return "copy", template, None
 
 
 def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True):
@@ -182,20 +265,33 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
     os.makedirs(out, exist_ok=True)
     rank_files = set()
     with tempfile.TemporaryDirectory(prefix=".zckpt-reshard-", dir=out) as tmp:
+        # Every family's way is decided (and a family that cannot be resharded refused) before
+        # anything is written.
+        plans = []
         for family, (old_world, files) in families.items():
             rank_files.update(os.path.basename(p) for p in files.values())
-            with _FakeGroup(0, old_world):
-                template = _load_template(files[0], tmp)
-            if not _has_sharded(template):
+            plans.append((family, old_world, files) + _plan(ckpt_dir, family, old_world, files, world_size, tmp))
+        for family, old_world, files, how, template, flat in plans:
+            if how == "copy":
                 for r in range(world_size):
+                    # Re-saved rather than copied: torch.save records the file's own name inside
+                    # (a copy would read as a renamed rank file to merge and load_into).
                     src = files[r % old_world]
-                    dst = os.path.join(out, f"{family}_world_size_{world_size}_rank_{r}{os.path.splitext(src)[1]}")
-                    _C.copy_file_atomically(src, dst)
-                log(f"{family}: no sharded tensors (per-rank state): new rank r is a copy of old rank r % {old_world}")
+                    state = template if r % old_world == 0 else _load_template(src, tmp)
+                    _write_rank(state, tmp, out, family, world_size, r, fmt)
+                log(f"{family}: no sharded tensors (per-rank state): new rank r is old rank r % {old_world}'s")
                 continue
             merged = os.path.join(tmp, f"{family}.zckpt")
             stats = _C.merge(ckpt_dir, merged, family, "")
             full = load(merged, mmap=True)
+            if how == "flat":
+                for r in range(world_size):
+                    _write_rank(_reshard_flat_optim(template, flat, full, r, world_size, family), tmp, out, family,
+                                world_size, r, fmt)
+                del full
+                log(f"{family}: FSDP1 flat optimizer state, {old_world} -> {world_size} ranks "
+                    f"({len(flat['flat_params'])} FlatParameters, {stats['tensors']} tensors, {stats['bytes']} bytes)")
+                continue
             for r in range(world_size):
                 with _FakeGroup(r, world_size):
                     meshes = {}
@@ -212,19 +308,24 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
                         return _reshard_sharded_tensor(leaf, t, r, world_size)
 
                     state = _walk(template, "", rebuild)
-                    name = f"{family}_world_size_{world_size}_rank_{r}"
-                    pt = os.path.join(tmp, name + ".pt")
-                    torch.save(state, pt)
+                    _write_rank(state, tmp, out, family, world_size, r, fmt)
                     del state
-                if fmt == "pt":
-                    _replace_regular(pt, os.path.join(out, name + ".pt"))
-                else:
-                    _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
-                    os.unlink(pt)
             del full
             log(f"{family}: {old_world} -> {world_size} ranks ({stats['tensors']} tensors, {stats['bytes']} bytes, "
                 f"largest {stats['largest_tensor']})")
     _copy_rest(ckpt_dir, out, rank_files, world_size)
+
+
+def _write_rank(state, tmp, out, family, world_size, rank, fmt):
+    """torch.save of one new rank's state, kept as .pt or converted to .zckpt."""
+    name = f"{family}_world_size_{world_size}_rank_{rank}"
+    pt = os.path.join(tmp, name + ".pt")
+    torch.save(state, pt)
+    if fmt == "pt":
+        _replace_regular(pt, os.path.join(out, name + ".pt"))
+    else:
+        _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
+        os.unlink(pt)
 
 
 def _rest(ckpt_dir, out, rank_files):
