@@ -104,3 +104,50 @@ def test_unpatch_and_context_manager(tmp_path):
     zckpt.unpatch_torch_load()
     zckpt.unpatch_torch_load()  # twice is harmless
     assert torch.load is original
+
+
+def _same_as_torch(got, want):
+    """Same keys, and each tensor of torch's own kind: device, dtype, shape, and (off meta) values."""
+    assert got.keys() == want.keys()
+    for k in want:
+        g, w = got[k], want[k]
+        assert (g.device, g.dtype, g.shape) == (w.device, w.dtype, w.shape), k
+        if w.device.type != "meta":
+            assert torch.equal(g, w), k
+
+
+@pytest.mark.parametrize("map_location", [
+    None, "cpu", torch.device("cpu"), "meta", torch.device("meta"), {"cpu": "meta"}, {"cpu": "cpu"},
+    lambda storage, loc: storage, lambda storage, loc: torch.UntypedStorage(storage.nbytes(), device="meta"), lambda storage, loc: None,
+], ids=["none", "str", "device", "meta", "meta-device", "dict-meta", "dict-cpu", "callable", "callable-meta",
+        "callable-none"])
+def test_every_map_location_behaves_as_torch_loads(tmp_path, patched, map_location):
+    # transformers' from_pretrained of a pytorch_model.bin folder loads with map_location="meta"
+    # when config.json names no dtype: that failed under the patch ("cannot load to device meta").
+    pt, z = save_converted(_state(), tmp_path, "pytorch_model")
+    want = zckpt._patch._original(pt, map_location=map_location, weights_only=True)
+    got = torch.load(pt, map_location=map_location, weights_only=True)
+    assert patched == [(pt, z)]  # read from the container, not a fall back
+    _same_as_torch(got, want)
+
+
+def test_fallbacks_are_counted_told_and_raised_when_strict(tmp_path):
+    pt, z = save_converted(_state(), tmp_path, "m")
+    os.utime(z, (1, 1))  # a copy without timestamps: the .pt now looks newer than its container
+    seen = []
+    zckpt.reset_patch_stats()
+    import warnings
+
+    with zckpt.torch_load_from_zckpt(on_fallback=lambda p, c, why: seen.append((p, c, why))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PYTHONWARNINGS=ignore: the callback and count still say it
+            assert _equal(torch.load(pt), _state())
+    assert seen and seen[0][:2] == (pt, z) and "older than" in seen[0][2]
+    assert zckpt.patch_stats() == {"redirected": 0, "fallbacks": 1}
+    with zckpt.torch_load_from_zckpt(strict=True):
+        with pytest.raises(zckpt.ZckptError, match="not used for torch.load"):
+            torch.load(pt)
+    os.utime(z, None)
+    with zckpt.torch_load_from_zckpt(strict=True):
+        assert _equal(torch.load(pt), _state())
+    assert zckpt.patch_stats() == {"redirected": 1, "fallbacks": 2}

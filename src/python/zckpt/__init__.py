@@ -37,9 +37,10 @@ from ._api import (  # noqa: F401
     load_into,
     verify,
 )
-from ._patch import patch_torch_load, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
+from ._patch import patch_stats, patch_torch_load, reset_patch_stats, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
 from ._save import AsyncSaver, async_save, save  # noqa: F401
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
            "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+           "patch_stats", "reset_patch_stats",
            "OutOfMemoryError"]
