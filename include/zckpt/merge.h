@@ -24,6 +24,9 @@ struct MergeOptions {
   // Hugging Face output: the most bytes of tensors in one safetensors file (a larger tensor gets
   // a file of its own).
   uint64_t max_shard_bytes = 5ull << 30;
+  // Hugging Face output: the folder whose config files are copied beside the weights ("": the
+  // checkpoint's own huggingface/ folder, when it has one). Its weights are never copied.
+  std::string huggingface_dir;
   WriterOptions writer;  // container output
   // Globals ("module.name") a rank file's pickle may name besides zckpt's allowlist (a class of
   // your own); globals that could run code stay refused.
@@ -42,6 +45,7 @@ struct MergeStats {
   uint64_t bytes = 0;           // bytes of the full tensors
   uint64_t largest_tensor = 0;  // the biggest host buffer the merge held
   std::vector<std::string> written;  // files written
+  bool config_copied = false;        // Hugging Face output: a config.json was copied beside the weights
 };
 
 // Merges the checkpoint in `dir` into `out`: a container when `out` ends in `.zckpt` (tensors by

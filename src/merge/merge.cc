@@ -98,8 +98,9 @@ std::vector<std::string> HuggingFaceFiles(const std::string& from) {
   for (const auto& entry : fs::directory_iterator(from)) {
     if (!entry.is_regular_file()) continue;
     std::string name = entry.path().filename().string();
-    if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || name == "model.safetensors.index.json" ||
-        name == "pytorch_model.bin.index.json" || name.find(".zckpt-tmp-") != std::string::npos)
+    // Weights (a converted folder's .zckpt too: a second full copy) and their indexes.
+    if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || dcp::EndsWith(name, ".zckpt") ||
+        dcp::EndsWith(name, ".index.json") || name.find(".zckpt-tmp-") != std::string::npos)
       continue;
     names.push_back(name);
   }
@@ -198,12 +199,19 @@ void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std
     stats.written.push_back(out + "/model.safetensors.index.json");
   }
   if (!ck.huggingface_dir.empty()) CopyFolderFiles(ck.huggingface_dir, out, stats);
+  stats.config_copied = fs::exists(out + "/config.json") && !ck.huggingface_dir.empty() &&
+                        fs::exists(ck.huggingface_dir + "/config.json");
 }
 
 }  // namespace
 
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options) {
   merge::Checkpoint ck = merge::Discover(dir, options);
+  if (!options.huggingface_dir.empty()) {
+    if (!fs::is_directory(options.huggingface_dir))
+      throw Error(ErrorKind::kInvalidArgument, options.huggingface_dir + ": not a folder (the Hugging Face config to copy)");
+    ck.huggingface_dir = options.huggingface_dir;
+  }
   MergeStats stats;
   stats.layout = ck.layout;
   stats.tensors = ck.tensors.size();

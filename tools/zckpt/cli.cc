@@ -160,6 +160,24 @@ int UsageError(const std::string& command, const std::string& message) {
   return kExitCannotRun;
 }
 
+std::string MisleadingExtension(const std::string& path, const std::string& writes, const std::string& what) {
+  // Formats that go by their extension; a name outside this list is the caller's business.
+  static const char* const kKnown[] = {".zckpt", ".pt",   ".pth", ".bin",  ".ckpt", ".safetensors", ".npz",
+                                       ".npy",   ".gguf", ".distcp", ".json", ".onnx", ".h5", ".msgpack"};
+  std::string ext = std::filesystem::path(path).extension().string();
+  if (ext.empty() || ext == writes) return "";
+  // A torch.save file is at home under any of torch's own names.
+  static const char* const kTorch[] = {".pt", ".pth", ".bin", ".ckpt"};
+  if (writes == ".pt")
+    for (const char* t : kTorch)
+      if (ext == t) return "";
+  for (const char* k : kKnown)
+    if (ext == k)
+      return path + " names a " + ext + " file, but this writes " + what + " (" + writes +
+             "); give it a " + writes + " name" + (writes == ".pt" ? " (or --format safetensors for a .safetensors one)" : "");
+  return "";
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;

@@ -63,6 +63,12 @@ inline constexpr const char* kAllowGlobalHelp =
     "                         own, in a file you trust. Repeat for several. Globals that could run\n"
     "                         code (os.system, eval, ...) stay refused.\n";
 
+// When `path`'s extension names a file format other than `writes` (".zckpt", ".pt", ...): a
+// message saying so, for a UsageError; "" otherwise (the expected extension, or one that names
+// no known format). A container called .pt, or a torch.save file called .npz, misleads every
+// tool that goes by the name.
+std::string MisleadingExtension(const std::string& path, const std::string& writes, const std::string& what);
+
 // No-clobber: something exists at `path` (a file, a folder, a dangling symlink).
 bool Exists(const std::string& path);
 // Names the destinations that exist (the first ten) and returns UsageError: nothing was written,

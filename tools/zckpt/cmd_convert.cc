@@ -128,6 +128,14 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
                   ProgressStyle progress) {
   bool quiet = args.Has("quiet"), copy_unknown = args.Has("copy-unknown");
   FolderPlan plan = PlanFolder(src, out, args.Has("only-pt"));
+  // Exit 0 with nothing written would read as success (verify of the same folder exits 2).
+  bool converts = false;
+  for (const FolderJob& f : plan.jobs)
+    converts = converts || f.action == FolderJob::Action::kConvert || f.action == FolderJob::Action::kConvertDcp;
+  if (!converts)
+    return UsageError("convert", src + ": no checkpoint files to convert" +
+                                     (plan.jobs.empty() ? std::string(" (an empty folder)") : " (only files it would copy)") +
+                                     "; nothing was written");
   // Foreign checkpoints stop the run before anything is written, unless they are to be copied.
   std::vector<Job> jobs;
   std::vector<const FolderJob*> foreign;
@@ -219,6 +227,8 @@ int RunConvert(const Argv& argv) {
     }
     Job job{src, args.Get("output").value_or(DefaultDestination(src)), FolderJob::Action::kConvert, ""};
     if (SameFile(job.destination, src)) return UsageError("convert", "the destination is the source file: " + src);
+    if (std::string why = MisleadingExtension(job.destination, ".zckpt", "a zckpt container"); !why.empty())
+      return UsageError("convert", why);
     if (!args.Has("force") && Exists(job.destination)) return RefuseExisting("convert", {job.destination});
     return RunJob(job, nullptr, opt, args.Has("quiet"), *progress);
   }

@@ -70,6 +70,10 @@ int RunExport(const Argv& argv) {
                                       args.positional()[0] + " -o OUT' writes its model as safetensors");
     return ExportDcp(args.positional()[0], *out, args.Has("force"), args.GetAll("allow-global"));
   }
+  if (std::string why = MisleadingExtension(*out, format == "pt" ? ".pt" : ".safetensors",
+                                            format == "pt" ? "a torch.save file" : "a safetensors file");
+      !why.empty())
+    return UsageError("export", why);
   if (!args.Has("force") && Exists(*out))
     return UsageError("export", *out + " exists; nothing was written (--force overwrites)");
   ExportOptions options;

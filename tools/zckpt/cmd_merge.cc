@@ -22,13 +22,20 @@ constexpr const char* kHelp =
     "{name: tensor} dict, 'zckpt export' a .pt). Otherwise OUT is a Hugging Face folder:\n"
     "model.safetensors, or model-0000K-of-0000N.safetensors shards with\n"
     "model.safetensors.index.json, plus the config files of CKPT_DIR/huggingface/.\n\n"
-    "Every tensor's pieces must tile it exactly (replicas allowed) before anything is written;\n"
+    "Every tensor's pieces must tile it exactly before anything is written; pieces saved more\n"
+    "than once (replicas) must hold the same bytes. Refused otherwise, naming files and tensor;\n"
     "every chunk read from a container is checked. Host memory: the largest tensor plus a chunk.\n\n"
     "options:\n"
     "  -o, --output OUT         a .zckpt file or a folder\n"
-    "  --files NAME             verl layout: merge the NAME_world_size_* files (default: model)\n"
+    "  --files NAME             verl layout: merge the NAME_world_size_* files (default: model).\n"
+    "                           FSDP1's optim files (each rank's FlatParameter shards) are placed\n"
+    "                           by the model files beside them and give each parameter's state as\n"
+    "                           FSDP's full_optim_state_dict does (state.FQN.exp_avg, ...)\n"
     "  --keys PREFIX            keep only tensors named PREFIX..., without the prefix\n"
     "                           (a DCP save of {\"model\": ..., \"optim\": ...}: --keys model.)\n"
+    "  --hf-config DIR          Hugging Face output: copy DIR's config files (config.json,\n"
+    "                           tokenizer, ...; not its weights) beside the weights, in place of\n"
+    "                           CKPT_DIR/huggingface/ (a DCP folder has none of its own)\n"
     "  --max-shard-size N       bytes per safetensors file (default 5G)\n"
     "  --chunk-bytes N, --zstd LEVEL   container output options, as for convert\n"
     "  -f, --force              overwrite outputs that exist (default: refuse, exit 2, before\n"
@@ -46,7 +53,7 @@ constexpr const char* kHelpTail =
 
 int RunMerge(const Argv& argv) {
   Args args(argv, {"help", "quiet", "force"},
-            {"output", "files", "keys", "max-shard-size", "chunk-bytes", "zstd", "progress", "allow-global"},
+            {"output", "files", "keys", "hf-config", "max-shard-size", "chunk-bytes", "zstd", "progress", "allow-global"},
             {{"h", "help"}, {"o", "output"}, {"q", "quiet"}, {"f", "force"}});
   if (!args.ok()) return UsageError("merge", args.error());
   if (args.Has("help")) {
@@ -60,6 +67,7 @@ int RunMerge(const Argv& argv) {
   MergeOptions options;
   if (auto v = args.Get("files")) options.files = *v;
   if (auto v = args.Get("keys")) options.keys = *v;
+  if (auto v = args.Get("hf-config")) options.huggingface_dir = *v;
   if (auto v = args.GetSize("max-shard-size")) options.max_shard_bytes = *v;
   if (auto v = args.GetSize("chunk-bytes")) options.writer.chunk_bytes = *v;
   if (auto v = args.GetInt("zstd")) options.writer.zstd_level = static_cast<int>(*v);
@@ -88,6 +96,8 @@ int RunMerge(const Argv& argv) {
                 static_cast<unsigned long long>(s.pieces), FormatBytes(s.bytes).c_str(),
                 FormatBytes(s.largest_tensor).c_str(), secs);
     for (const auto& f : s.written) std::printf("  wrote %s\n", f.c_str());
+    if (!s.config_copied && out->size() > 6 && out->compare(out->size() - 6, 6, ".zckpt") != 0)
+      std::printf("  no config.json: %s has no huggingface/ folder (--hf-config DIR names one)\n", dir.c_str());
   }
   return kExitOk;
 }

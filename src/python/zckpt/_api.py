@@ -69,6 +69,16 @@ def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy):
         raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler") from None
     except (ZckptError, MemoryError):
         raise
+    except RuntimeError as e:
+        if "ShardedTensor" in str(e) and "process group" in str(e):
+            # torch rebuilds a ShardedTensor only inside a process group: the environment, not
+            # the file, is what is missing.
+            raise ZckptError(f"{path}: the file is intact, but it holds ShardedTensors (FSDP1's SHARDED_STATE_DICT), "
+                             "which torch unpickles only inside a process group: call "
+                             "torch.distributed.init_process_group first, or read its tensors torch-free with "
+                             "`zckpt merge` / zckpt._C.load_tree") from e
+        raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler: "
+                           f"{type(e).__name__}: {e}") from e
     except Exception as e:  # AssertionError, EOFError, UnicodeDecodeError, KeyError, ...
         raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler: "
                            f"{type(e).__name__}: {e}") from e
