@@ -74,16 +74,19 @@ def test_sharded_folder_converts_as_a_whole(kind, zckpt, tmp_path):
     run = zckpt.ok("convert", src, "-o", out, "-j", "2")
     stem = "model" if kind == "safetensors" else "pytorch_model"
     shards = [f"{stem}-{k:05d}-of-00003" for k in (1, 2, 3)]
-    assert tree(out) == sorted([s + ".zckpt" for s in shards] + [index_name] + list(OTHER))
+    # The index names containers, so it is named for them: transformers does not take it for a
+    # safetensors / .bin index (and then fail inside torch.load with "Unsupported operand").
+    out_index = f"{stem}.zckpt.index.json"
+    assert tree(out) == sorted([s + ".zckpt" for s in shards] + [out_index] + list(OTHER))
     for name in OTHER:
         assert filecmp.cmp(src / name, out / name, shallow=False), name
-    assert f"{src / index_name} -> {out / index_name} (index rewritten" in run.out
+    assert f"{src / index_name} -> {out / out_index} (index rewritten" in run.out
     # The index names the containers, and nothing else changed.
     before = json.loads((src / index_name).read_text())
-    after = json.loads((out / index_name).read_text())
+    after = json.loads((out / out_index).read_text())
     assert after["metadata"] == before["metadata"]
     assert after["weight_map"] == {k: v.rsplit(".", 1)[0] + ".zckpt" for k, v in before["weight_map"].items()}
-    assert (out / index_name).read_text().endswith("}\n")
+    assert (out / out_index).read_text().endswith("}\n")
     # Every tensor is where the new index says, equal to the original.
     loaded = {}
     for shard in sorted(set(after["weight_map"].values())):
@@ -127,7 +130,7 @@ def test_verl_step_with_huggingface_subfolder(zckpt, tmp_path):
     assert "actor/model_world_size_1_rank_0.zckpt" in files
     assert "actor/huggingface/model-00001-of-00002.zckpt" in files
     assert not any(f.endswith(".safetensors") or f.endswith(".pt") for f in files), files
-    index = json.loads((out / "actor/huggingface/model.safetensors.index.json").read_text())
+    index = json.loads((out / "actor/huggingface/model.zckpt.index.json").read_text())
     assert set(index["weight_map"].values()) == {"model-00001-of-00002.zckpt", "model-00002-of-00002.zckpt"}
     zckpt.ok("verify", out)
 
@@ -138,7 +141,7 @@ def test_index_naming_a_missing_shard_keeps_that_name(zckpt, tmp_path):
     os.remove(src / "model-00002-of-00002.safetensors")
     out = tmp_path / "out"
     zckpt.ok("convert", "--quiet", src, "-o", out)
-    index = json.loads((out / "model.safetensors.index.json").read_text())
+    index = json.loads((out / "model.zckpt.index.json").read_text())
     assert set(index["weight_map"].values()) == {"model-00001-of-00002.zckpt", "model-00002-of-00002.safetensors"}
 
 
@@ -151,4 +154,4 @@ def test_index_that_is_not_an_index_is_refused(zckpt, tmp_path):
     run = zckpt("convert", "--quiet", src, "-o", out)
     assert run.rc == 1, run.text
     assert "model.safetensors.index.json: not a shard index" in run.err
-    assert not (out / "model.safetensors.index.json").exists()
+    assert not (out / "model.safetensors.index.json").exists() and not (out / "model.zckpt.index.json").exists()

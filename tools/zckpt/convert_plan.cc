@@ -47,6 +47,11 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
     job.destination = dst.string();
     if (convert::IsShardIndexName(name)) {
       job.action = FolderJob::Action::kRewriteIndex;
+      // model.safetensors.index.json naming .zckpt shards would send transformers to read a
+      // container as safetensors (or torch.load, "Unsupported operand"): the converted index is
+      // model.zckpt.index.json, which tools that cannot read containers plainly do not find.
+      const std::string indexed = name.substr(0, name.size() - std::string(".index.json").size());
+      job.destination = (dst.parent_path() / (fs::path(DefaultDestination(indexed)).filename().string() + ".index.json")).string();
       plan.jobs.push_back(job);
       continue;
     }
