@@ -17,9 +17,18 @@ same files for N ranks. For each family holding sharded tensors:
    ranks stands in (torch's testing FakeStore), so one process writes every rank's file;
 3. torch.save writes it and zckpt converts it (`.zckpt`, or `.pt` with `fmt="pt"`).
 
-Families without sharded tensors (extra_state: RNG states are per rank) are copied, new rank r
-getting old rank r % W's file, and the report says so. Every other file (huggingface/,
-fsdp_config.json with its world_size updated) is copied.
+FSDP1 specifics: its optimizer files hold each rank's FlatParameter shard as plain 1-D tensors
+(optimizer.state_dict()); the merge places them by the FlatParameter layout the model files give
+(src/merge/fsdp1_flat.h) and each new rank's shards are cut from the merged per-parameter state
+as FSDP1 flattens and shards them (ceil(numel / N) elements, zero-padded). At N = 1 FSDP1 runs
+NO_SHARD and saves plain tensors, so that is what is written. A world-size-1 FSDP1 checkpoint
+(plain tensors only) is refused: nothing says which tensors are parameters.
+
+Families without sharded tensors (extra_state: RNG states are per rank) are re-saved, new rank r
+getting old rank r % W's state under its own name, and the report says so; a model or optim
+family without sharded tensors is refused when the world size changes. Every family's way is
+decided before anything is written. Every other file (huggingface/, fsdp_config.json with its
+world_size updated) is copied.
 
 Memory: the merge holds the largest tensor; writing rank r holds rank r's new shards (about
 1/N of the family) plus the mapped merged container (page cache, not heap).
@@ -377,7 +386,13 @@ def _replace_regular(src, dst):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="zckpt reshard", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="zckpt reshard", description=__doc__.split("\n\n")[0],
+        epilog="FSDP2 (DTensor) and FSDP1 (ShardedTensor model files, FlatParameter optimizer shards placed by the "
+               "model files) checkpoints of 2+ ranks; at --world-size 1 FSDP1 files are written as FSDP1 saves them "
+               "there (plain tensors). Refused, before anything is written: a world-size-1 FSDP1 checkpoint, optimizer "
+               "shards no FSDP1 wrapping of the model's parameters explains, 2-d meshes, placements other than Shard "
+               "and Replicate. Exit codes: 0 written, 1 a file is corrupt or unsafe, 2 could not run or refused.")
     parser.add_argument("ckpt_dir")
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("-o", "--output", required=True)
