@@ -60,6 +60,11 @@ struct MergeStats {
 // safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo.
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options = {});
 
+// The pieces of every tensor of the DCP folder `dir` (.metadata) checked to tile it, as
+// MergeCheckpoint checks them, reading no tensor bytes: Error(kCorrupt) naming the tensor and the
+// chunks when they leave a gap or overlap other than as one box (`zckpt export` of a DCP folder).
+void CheckDcpTiling(const std::string& dir);
+
 // verl's FSDP1 optimizer files (`<options.files>_world_size_W_rank_R`: optimizer.state_dict() of
 // FlatParameters, each rank's shard a plain 1-D tensor) are merged per parameter, as FSDP's
 // full_optim_state_dict gives them (`state.<fqn>.<key>`), from the FlatParameter layout that the

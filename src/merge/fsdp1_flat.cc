@@ -118,7 +118,9 @@ std::optional<Fsdp1Layout> FindFsdp1Layout(const std::string& dir, const VerlFam
     if (index != expect++)
       throw Error(ErrorKind::kUnsupported, opath + ": optimizer state for parameter " + std::to_string(index) +
                                                " but none for " + std::to_string(expect - 1) +
-                                               " (a FlatParameter without state): cannot place its shards");
+                                               ": not one state per FlatParameter (FSDP1 with use_orig_params=True keeps "
+                                               "per-parameter shards, none where a rank holds no elements; or a frozen "
+                                               "FlatParameter): these files cannot place its shards; refusing");
     int64_t shard = -1;
     flat_keys.emplace_back();
     scalar_keys.emplace_back();
@@ -141,17 +143,21 @@ std::optional<Fsdp1Layout> FindFsdp1Layout(const std::string& dir, const VerlFam
       auto f = first.find(index);
       for (const auto& [key, rec] : entries) {
         const Record* a = f == first.end() || !f->second.count(key) ? nullptr : f->second.at(key);
+        // FlatParameter shards have one length on every rank; per-parameter shards of varying
+        // length are FSDP1 with use_orig_params=True (or no FSDP1 at all): not placed, refused.
         if (!a || a->view.shape != rec->view.shape)
-          throw Error(ErrorKind::kCorrupt, rec->view.what + ": shape " + Dims(rec->view.shape) + ", but " +
-                                               (a ? a->view.what + " has " + Dims(a->view.shape) : opath + " has no such entry") +
-                                               " (FlatParameter shards have one length on every rank)");
+          throw Error(ErrorKind::kUnsupported,
+                      rec->view.what + ": shape " + Dims(rec->view.shape) + ", but " +
+                          (a ? a->view.what + " has " + Dims(a->view.shape) : opath + " has no such entry") +
+                          ": not FSDP1 FlatParameter shards (one length on every rank); per-parameter shards "
+                          "(use_orig_params=True) cannot be placed from these files; refusing");
       }
       if (f == first.end() || f->second.size() != entries.size())
-        throw Error(ErrorKind::kCorrupt, optim.paths[r] + ": optimizer state for parameter " + std::to_string(index) +
+        throw Error(ErrorKind::kUnsupported, optim.paths[r] + ": optimizer state for parameter " + std::to_string(index) +
                                              " has other entries than in " + opath);
     }
     if (states[r].size() != first.size())
-      throw Error(ErrorKind::kCorrupt, optim.paths[r] + ": state for " + std::to_string(states[r].size()) +
+      throw Error(ErrorKind::kUnsupported, optim.paths[r] + ": state for " + std::to_string(states[r].size()) +
                                            " parameters, " + opath + " for " + std::to_string(first.size()));
   }
 

@@ -44,7 +44,8 @@ struct Fsdp1Layout {
 // when it is not one (its tensors are not all plain `state.<i>.<k>`, or `dir` has no FSDP1
 // model files: ShardedTensors in model_world_size_W_rank_R). Error(kUnsupported) naming the
 // files when it is one but no wrapping of the model's parameters gives its shard sizes, or more
-// than one does; Error(kCorrupt) when ranks disagree on the shards' sizes.
+// than one does, or the ranks' shards differ in length (per-parameter shards of
+// use_orig_params=True, which these files cannot place).
 std::optional<Fsdp1Layout> FindFsdp1Layout(const std::string& dir, const VerlFamily& optim, const MergeOptions& options,
                                            Checkpoint& ck);
 

@@ -436,6 +436,11 @@ VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, con
   return fam;
 }
 
+void CheckDcpTilingOf(const std::string& dir) {
+  Checkpoint ck = DiscoverDcp(dir, MergeOptions{});
+  for (FullTensor& t : ck.tensors) Tile(t);
+}
+
 Checkpoint Discover(const std::string& dir, const MergeOptions& options) {
   if (!fs::is_directory(dir)) throw Error(ErrorKind::kInvalidArgument, dir + ": not a folder");
   Checkpoint ck = convert::IsDcpFolder(dir) ? DiscoverDcp(dir, options) : DiscoverVerl(dir, options);

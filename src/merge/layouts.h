@@ -13,4 +13,7 @@ namespace zckpt::merge {
 // preferred to its .pt). Error(kInvalidArgument) when `dir` is neither.
 Checkpoint Discover(const std::string& dir, const MergeOptions& options);
 
+// A DCP folder's pieces checked to tile every tensor (Tile), no tensor bytes read.
+void CheckDcpTilingOf(const std::string& dir);
+
 }  // namespace zckpt::merge

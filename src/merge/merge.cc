@@ -205,6 +205,8 @@ void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std
 
 }  // namespace
 
+void CheckDcpTiling(const std::string& dir) { merge::CheckDcpTilingOf(dir); }
+
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options) {
   merge::Checkpoint ck = merge::Discover(dir, options);
   if (!options.huggingface_dir.empty()) {

@@ -99,8 +99,11 @@ def test_folder_needs_output(actor, zckpt):
 
 
 def test_empty_folder(zckpt, tmp_path):
+    # Exit 0 with nothing written would read as a conversion (verify of it exits 2).
     (tmp_path / "empty").mkdir()
-    zckpt.ok("convert", tmp_path / "empty", "-o", tmp_path / "out")
+    run = zckpt("convert", tmp_path / "empty", "-o", tmp_path / "out")
+    assert run.rc == 2 and "an empty folder" in run.err, run.text
+    assert not (tmp_path / "out").exists()
 
 
 def test_folder_names_that_collide_lose_nothing(family, zckpt, tmp_path):

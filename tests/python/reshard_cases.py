@@ -47,16 +47,16 @@ def _full_fsdp2(model, opt):
 
 
 def save_phase(rank, ws, root, results):
-    for kind in ("fsdp1", "fsdp2"):
+    for kind in ("fsdp1", "fsdp2", "fsdp1_orig"):
         model, opt = build(kind, seed=0)
         for n in range(SAVED_STEPS):
             step(model, opt, n)
         folder = os.path.join(root, kind, "src")
         save_verl(folder, model, opt, ws, rank)
-        msd, osd = (_full_fsdp1 if kind == "fsdp1" else _full_fsdp2)(model, opt)
+        msd, osd = (_full_fsdp2 if kind == "fsdp2" else _full_fsdp1)(model, opt)
         if rank == 0:
             with open(os.path.join(folder, "fsdp_config.json"), "w") as f:
-                json.dump({"FSDP_version": 1 if kind == "fsdp1" else 2, "world_size": ws}, f)
+                json.dump({"FSDP_version": 2 if kind == "fsdp2" else 1, "world_size": ws}, f)
             torch.save({"model": msd, "optim": osd}, os.path.join(root, kind, "full_state.pt"))
         dist.barrier()
 

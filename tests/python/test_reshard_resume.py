@@ -126,20 +126,22 @@ def test_fsdp1_optim_whose_layout_no_wrapping_explains_is_refused(saved, tmp_pat
     # Model files that do not match the optimizer's FlatParameters (a parameter left out): no
     # wrapping of them gives the shard sizes, so the tool refuses, naming the files, instead of
     # guessing; reshard refuses the same way before writing anything.
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    import subprocess
+    import sys
 
     folder = tmp_path / "mismatch"
     shutil.copytree(f"{saved}/fsdp1/src", folder)
-    for r in range(2):
-        path = folder / f"model_world_size_2_rank_{r}.pt"
-        dist.init_process_group("fake", store=FakeStore(), rank=r, world_size=2)  # ShardedTensors unpickle in one
-        try:
-            state = torch.load(path, weights_only=False)
-            del state["head.weight"]
-            torch.save(state, path)
-        finally:
-            dist.destroy_process_group()
+    # In a fresh process: ShardedTensors unpickle only inside a process group (a fake one here).
+    drop = ("import sys, torch, torch.distributed as dist\n"
+            "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
+            "for r in range(2):\n"
+            "    dist.init_process_group('fake', store=FakeStore(), rank=r, world_size=2)\n"
+            "    path = f'{sys.argv[1]}/model_world_size_2_rank_{r}.pt'\n"
+            "    state = torch.load(path, weights_only=False)\n"
+            "    del state['head.weight']\n"
+            "    torch.save(state, path)\n"
+            "    dist.destroy_process_group()\n")
+    subprocess.run([sys.executable, "-c", drop, str(folder)], check=True, timeout=120)
     r = run_cli("merge", folder, "--files", "optim", "-o", tmp_path / "o.zckpt")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "optim_world_size_2_rank_0.pt" in r.stderr and "no FSDP1 wrapping" in r.stderr, r.stderr
@@ -154,3 +156,14 @@ def test_reshard_of_a_world_size_1_fsdp1_checkpoint_is_refused(resumed, saved, t
     r = run_cli("reshard", f"{saved}/fsdp1/r1", "--world-size", 2, "-o", tmp_path / "up")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "world-size-1 FSDP1" in r.stderr and "model_world_size_1_rank_0" in r.stderr, r.stderr
+
+
+def test_fsdp1_use_orig_params_optimizer_files_are_refused(saved, tmp_path):
+    # use_orig_params=True: optimizer.state_dict() holds each original parameter's slice of the
+    # rank's flat shard, of a length that differs by rank; these files cannot place them.
+    src = f"{saved}/fsdp1_orig/src"
+    r = run_cli("merge", src, "--files", "optim", "-o", tmp_path / "o.zckpt")
+    assert r.returncode == 2 and "use_orig_params=True" in r.stderr and "optim_world_size_2_rank_" in r.stderr, r.stderr
+    r = run_cli("reshard", src, "--world-size", 4, "-o", tmp_path / "r4")
+    assert r.returncode == 2 and "use_orig_params" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "r4").exists() or not [n for n in os.listdir(tmp_path / "r4") if "rank" in n]

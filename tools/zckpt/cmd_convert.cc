@@ -129,13 +129,7 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
   bool quiet = args.Has("quiet"), copy_unknown = args.Has("copy-unknown");
   FolderPlan plan = PlanFolder(src, out, args.Has("only-pt"));
   // Exit 0 with nothing written would read as success (verify of the same folder exits 2).
-  bool converts = false;
-  for (const FolderJob& f : plan.jobs)
-    converts = converts || f.action == FolderJob::Action::kConvert || f.action == FolderJob::Action::kConvertDcp;
-  if (!converts)
-    return UsageError("convert", src + ": no checkpoint files to convert" +
-                                     (plan.jobs.empty() ? std::string(" (an empty folder)") : " (only files it would copy)") +
-                                     "; nothing was written");
+  if (plan.jobs.empty()) return UsageError("convert", src + ": an empty folder, nothing to convert; nothing was written");
   // Foreign checkpoints stop the run before anything is written, unless they are to be copied.
   std::vector<Job> jobs;
   std::vector<const FolderJob*> foreign;

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "progress.h"
 #include "zckpt/dcp.h"
+#include "zckpt/merge.h"
 
 namespace zckpt::cli {
 
@@ -43,6 +44,8 @@ int ExportDcp(const std::string& source, const std::string& destination, bool fo
       if (Exists(out)) existing.push_back(out);
     if (!existing.empty()) return RefuseExisting("export", existing);
   }
+  // Byte for byte is no excuse to hand on a checkpoint whose pieces do not make its tensors.
+  CheckDcpTiling(source);
   ExportDcpFolder(source, destination, allow_globals);
   return kExitOk;
 }

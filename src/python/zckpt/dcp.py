@@ -212,6 +212,40 @@ def load_metadata(path) -> Metadata:
     return metadata
 
 
+def check_tiling(metadata, path):
+    """Every tensor's saved chunks must tile it: inside it, pairwise disjoint unless they are the
+    same box (a replica), together all its elements. DCP's planner reads every chunk that
+    overlaps a destination, so chunks that overlap otherwise would leave whichever was read last,
+    and a gap would leave the destination's own values: CorruptError naming the folder, the
+    tensor and the chunks, before anything is read. (Identical boxes need no byte comparison
+    here: DCP's storage_data is keyed by (fqn, offsets), so they name one stored piece.)"""
+    import math
+
+    for fqn, item in metadata.state_dict_metadata.items():
+        size = getattr(item, "size", None)
+        if size is None:  # BytesStorageMetadata
+            continue
+        boxes = []
+        for c in item.chunks:
+            box = (tuple(int(o) for o in c.offsets), tuple(int(n) for n in c.sizes))
+            if len(box[0]) != len(size) or len(box[1]) != len(size) or any(
+                    o < 0 or n < 0 or o + n > s for o, n, s in zip(box[0], box[1], size)):
+                raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: a chunk at {list(box[0])} size "
+                                      f"{list(box[1])} lies outside it")
+            if math.prod(box[1]) and box not in boxes:
+                boxes.append(box)
+        for i, (ao, an) in enumerate(boxes):
+            for bo, bn in boxes[i + 1:]:
+                if all(a < b + m and b < a + n for a, n, b, m in zip(ao, an, bo, bn)):
+                    raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: chunks at {list(ao)} size {list(an)} "
+                                          f"and at {list(bo)} size {list(bn)} overlap: pieces that neither tile the "
+                                          "tensor nor are replicas of one box")
+        covered = sum(math.prod(n) for _, n in boxes)
+        if covered != math.prod(size):
+            raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: its {len(boxes)} chunks cover {covered} of "
+                                  f"its {math.prod(size)} elements (missing ranks or shards?)")
+
+
 class ZckptStorageReader(StorageReader):
     """Reads a DCP checkpoint written by ZckptStorageWriter (or converted by `zckpt convert`).
 
@@ -244,6 +278,7 @@ class ZckptStorageReader(StorageReader):
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
         metadata = load_metadata(os.path.join(self.path, name))
+        check_tiling(metadata, os.path.join(self.path, name))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
