@@ -74,7 +74,8 @@ constexpr const char* kHelpTail =
     "  2  could not run: bad usage, a missing source, a destination that exists (without\n"
     "     --force), a file that is not a checkpoint zckpt converts (already a container or\n"
     "     zckpt's DCP layout, a lone .distcp file, TorchScript, GGUF, numpy; named in the\n"
-    "     message), an I/O error. 2 wins over 1.\n";
+    "     message), an empty folder, a destination file named as another format (-o y.pt),\n"
+    "     an I/O error. 2 wins over 1.\n";
 
 struct Job {
   std::string source, destination;

@@ -43,7 +43,8 @@ constexpr const char* kHelp =
     "     another, the pickle and the index disagreeing, a refused global, an unsafe record name)\n"
     "  2  could not run: bad usage, a missing file, not a container, DST exists (without --force),\n"
     "     a container safetensors cannot hold (--format safetensors), a DCP folder not\n"
-    "     converted from .distcp files, an I/O error\n";
+    "     converted from .distcp files, DST named as another format (y.npz, y.zckpt: a .pt,\n"
+    "     .pth, .bin or .ckpt name for pt), an I/O error\n";
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
