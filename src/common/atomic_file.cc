@@ -1,6 +1,5 @@
 #include "common/atomic_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -10,9 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
+#include <cstdio>
 #include <random>
-#include <string_view>
 #include <vector>
 
 #include "common/mapped_file.h"
@@ -42,43 +40,38 @@ std::string BaseName(const std::string& path) {
   throw Error(ErrorKind::kIo, what + " " + path + ": " + std::strerror(err));
 }
 
-std::string TempPrefix(const std::string& destination) { return "." + BaseName(destination) + ".zckpt-tmp-"; }
-
-// Takes the writer's lock on its temporary. A cleaner may hold it for an instant (it then sees a
-// fresh file and lets go), hence a blocking lock. A filesystem without flock: no lock, and then
-// no cleaner can take one either, so nothing there is ever removed.
+// Takes the writer's lock on its temporary. A sweeper may hold it for an instant (it then sees a
+// live or fresh file and lets go), hence a blocking lock. A filesystem without flock: no lock,
+// and then no sweeper can take one either, so nothing there is ever removed.
 void LockTemp(int fd) {
   while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
 }
 
-// Removes the destination's temporaries left by dead writers (see atomic_file.h). `own` is the
-// caller's temporary (a name, skipped). Never throws.
-void RemoveStaleTemps(const std::string& destination, const std::string& own) {
-  const std::string dir = DirName(destination), prefix = TempPrefix(destination);
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) {
-    std::string_view name = e->d_name;
-    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix && name != own) names.emplace_back(name);
+std::atomic<bool> g_use_tmpfile{true};
+std::atomic<void (*)(const std::string&)> g_before_rename{nullptr};
+std::atomic<void (*)(const std::string&)> g_note_handler{nullptr};
+
+// No thread_local engine: libzckpt_save is dlopened by Python, where static TLS is scarce.
+unsigned long long RandomSuffix() {
+  std::random_device rd;
+  return (static_cast<unsigned long long>(rd()) << 32) ^ rd();
+}
+
+std::string ProcFdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+// An unnamed file in `dir` that can later be linked through /proc/self/fd (the one way linkat
+// names an O_TMPFILE without CAP_DAC_READ_SEARCH); -1 where either is missing.
+int OpenUnnamed(const std::string& dir) {
+  if (!g_use_tmpfile.load()) return -1;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;  // EOPNOTSUPP, EISDIR (old kernel), ...: the named fallback says why if it fails too
+  char target[64];
+  if (::readlink(ProcFdPath(fd).c_str(), target, sizeof target) < 0) {
+    ::close(fd);
+    return -1;
   }
-  const int dfd = ::dirfd(d);
-  for (const std::string& name : names) {
-    int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st, named;
-    // Locked by nobody (its writer is gone), old enough, and the name still is this file (not
-    // removed and re-created by someone else since we opened it).
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-        std::time(nullptr) - st.st_mtime >= kStaleTempSeconds &&
-        ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_ino == st.st_ino &&
-        named.st_dev == st.st_dev) {
-      (void)::unlinkat(dfd, name.c_str(), 0);
-    }
-    ::close(fd);  // drops the lock
-  }
-  ::closedir(d);
+  return fd;
 }
 
 // Error(kInvalidArgument) unless the destination is absent or a regular file (atomic_file.h).
@@ -107,21 +100,34 @@ void CheckDestination(const std::string& destination) {
 
 void SetAtomicFileFailAfterWrites(int n) { g_fail_after.store(n); }
 
+void SetAtomicFileUseTmpfile(bool use) { g_use_tmpfile.store(use); }
+void SetAtomicFileBeforeRename(void (*before_rename)(const std::string&)) { g_before_rename.store(before_rename); }
+void SetCommitNoteHandler(void (*handler)(const std::string&)) { g_note_handler.store(handler); }
+
 AtomicFile::AtomicFile(const std::string& destination) : destination_(destination) {
   CheckDestination(destination);  // before anything is created next to it
-  std::random_device rd;
-  std::mt19937_64 rng(rd());
-  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    char suffix[24];
-    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
-    temp_path_ = DirName(destination) + "/." + BaseName(destination) + ".zckpt-tmp-" + suffix;
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0 && errno != EEXIST) ThrowIo("cannot create temporary file for", destination, errno);
+  fd_ = OpenUnnamed(DirName(destination));
+  unnamed_ = fd_ >= 0;
+  if (!unnamed_) CreateNamed();
+  LockTemp(fd_);  // before an O_TMPFILE ever has a name; right after the named create
+  // Seen after this writer exists, so a commit that lands from now on is one Commit() notices.
+  struct stat st;
+  if (::lstat(destination.c_str(), &st) == 0) {
+    dest_existed_ = true;
+    dest_dev_ = st.st_dev;
+    dest_ino_ = st.st_ino;
   }
-  if (fd_ < 0) ThrowIo("cannot create temporary file for", destination, EEXIST);
-  LockTemp(fd_);
-  RemoveStaleTemps(destination, BaseName(temp_path_));
+  RemoveStaleTemps(DirName(destination), BaseName(temp_path_));
   buffer_.reserve(kBufferBytes);
+}
+
+void AtomicFile::CreateNamed() {
+  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+    temp_path_ = DirName(destination_) + "/" + TempName(BaseName(destination_), ::getpid(), RandomSuffix());
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) ThrowIo("cannot create temporary file for", destination_, errno);
+  }
+  if (fd_ < 0) ThrowIo("cannot create temporary file for", destination_, EEXIST);
 }
 
 AtomicFile::~AtomicFile() {
@@ -189,13 +195,45 @@ void AtomicFile::WriteZeros(uint64_t count) {
   }
 }
 
-void AtomicFile::Commit() {
+// The race note (atomic_file.h): "" while the destination still is what this writer saw when it
+// began (the same file, or none).
+std::string AtomicFile::RaceNote() const {
+  struct stat now;
+  const bool exists = ::lstat(destination_.c_str(), &now) == 0;
+  if (exists == dest_existed_ && (!exists || (now.st_dev == dest_dev_ && now.st_ino == dest_ino_))) return "";
+  if (!exists) return destination_ + ": removed while this write ran; this write puts it back";
+  return destination_ + (dest_existed_ ? ": replaced" : ": created") +
+         " by another writer while this write ran; this write replaces that file (last rename wins)";
+}
+
+// Gives the finished file the destination's name (atomic_file.h): an O_TMPFILE goes straight to
+// a destination that does not exist yet, or through a temporary name; a named temporary is
+// renamed.
+void AtomicFile::LinkIntoPlace() {
+  if (unnamed_) {
+    const std::string proc = ProcFdPath(fd_);
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, destination_.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
+    if (errno != EEXIST) ThrowIo("cannot link into", destination_, errno);
+    for (int attempt = 0; attempt < 16 && temp_path_.empty(); ++attempt) {
+      std::string name = DirName(destination_) + "/" + TempName(BaseName(destination_), ::getpid(), RandomSuffix());
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) temp_path_ = name;
+      else if (errno != EEXIST) ThrowIo("cannot link temporary file for", destination_, errno);
+    }
+    if (temp_path_.empty()) ThrowIo("cannot link temporary file for", destination_, EEXIST);
+    unnamed_ = false;  // from here on Abort unlinks the name
+  }
+  if (auto hook = g_before_rename.load()) hook(temp_path_);
+  if (::rename(temp_path_.c_str(), destination_.c_str()) != 0) ThrowIo("cannot rename into", destination_, errno);
+}
+
+std::string AtomicFile::Commit() {
   if (done_) throw Error(ErrorKind::kInvalidArgument, "commit after commit/abort: " + destination_);
   FlushBuffer();
   if (::fsync(fd_) != 0) ThrowIo("cannot fsync", destination_, errno);
   // close(2) reports late write errors (NFS), so it comes before the rename; the lock must stay
-  // until after it (a cleaner would take an old-looking unlocked temporary). The lock belongs to
-  // the open file description, which a duplicate keeps open.
+  // until after it (a sweeper would take an unlocked temporary of a dead-looking writer). The lock
+  // belongs to the open file description, which a duplicate keeps open (and an O_TMPFILE is
+  // linked through it).
   int lock_fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
   if (lock_fd < 0) ThrowIo("cannot commit", destination_, errno);
   if (::close(fd_) != 0) {
@@ -206,7 +244,8 @@ void AtomicFile::Commit() {
   // Again: something other than a file may have appeared at the destination since the start.
   // (rename(2) has no "only over a regular file" flag; this narrows the window to the rename.)
   CheckDestination(destination_);
-  if (::rename(temp_path_.c_str(), destination_.c_str()) != 0) ThrowIo("cannot rename into", destination_, errno);
+  const std::string note = RaceNote();
+  LinkIntoPlace();
   done_ = true;
   ::close(fd_);
   fd_ = -1;
@@ -215,13 +254,18 @@ void AtomicFile::Commit() {
     (void)::fsync(dir);  // best effort: some filesystems refuse fsync on directories
     ::close(dir);
   }
+  if (!note.empty()) {
+    if (auto handler = g_note_handler.load()) handler(note);
+    else std::fprintf(stderr, "zckpt: warning: %s\n", note.c_str());
+  }
+  return note;
 }
 
 void AtomicFile::Abort() {
   if (done_) return;
   done_ = true;
-  ::unlink(temp_path_.c_str());  // still locked: no cleaner races this
-  if (fd_ >= 0) ::close(fd_);
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());  // still locked: no sweeper races this
+  if (fd_ >= 0) ::close(fd_);  // an O_TMPFILE without a name vanishes here
   fd_ = -1;
 }
 

@@ -1,35 +1,42 @@
-// Writing a file so that the destination name only ever holds a complete file.
+// Writing a file so that the destination name only ever holds a complete file, and a writer
+// killed at any moment leaves nothing behind.
 //
-// Data goes to a temporary file in the destination's directory (same filesystem, so rename is
-// atomic); Commit() fsyncs it, renames it over the destination and fsyncs the directory.
-// Destroying an uncommitted AtomicFile removes the temporary file. A process killed at any
-// point therefore leaves either the old destination or the new one, plus at worst a stale
-// `.NAME.zckpt-tmp-*` temporary.
+// Where the filesystem has O_TMPFILE, data goes to an unnamed file in the destination's folder
+// (same filesystem, so the final step is atomic): a writer killed while writing leaves no name at
+// all, and the kernel frees the space. Commit() fsyncs it, then gives it the destination's name:
+// linkat(2) straight to the destination when there is none yet (atomic, nothing in between), else
+// linkat to a temporary name and rename(2) over the destination (linkat cannot replace a name).
+// A writer killed between those two steps leaves that named temporary, still locked until the
+// kernel reaps the writer; the next AtomicFile in the folder removes it (common/stale_temps.h).
+// Elsewhere (no O_TMPFILE, or no /proc to link it through) the data goes to that named temporary
+// from the start, created O_EXCL and locked at once, and the same sweep removes it when its writer
+// dies. Either way the old destination stays intact until the rename, and the folder is fsynced
+// after it.
+//
+// Two writers of one destination: each one's result is whole, and the last rename wins (rename(2)
+// has no "only if unchanged"). A writer that finds at its commit that the destination is no longer
+// the file it saw when it began -- another writer committed while this one wrote, so this commit
+// overwrites a checkpoint nobody has seen this writer read -- still commits (last rename wins),
+// and says so: Commit() returns the note, and the commit-note handler gets it (default: a
+// "zckpt: warning: ..." line on stderr, which the CLI and Python callers see). The writer that
+// renamed first reported success for a file that was whole and in place when it did; that a later
+// rename replaced it is the rule, said by the later writer.
 //
 // Only a regular file is ever replaced: a destination that is a directory, FIFO, socket or device
 // node is refused (Error(kInvalidArgument), exit code 2 in the CLI) before anything is created,
 // and again just before the rename. A symbolic link is refused too: renaming over it would
 // replace the link itself with a regular file, silently cutting whatever pointed through it
 // (write to the link's target instead).
-//
-// Stale temporaries are removed by the next AtomicFile for the same destination, without ever
-// touching a live writer's: every writer holds an exclusive flock(2) on its temporary for its
-// whole life (taken right after the O_CREAT|O_EXCL create, kept until after the rename or
-// unlink), and the kernel drops it when the writer dies, SIGKILL included. A new writer removes
-// the destination's other `.NAME.zckpt-tmp-*` regular files whose lock it can take without
-// waiting (LOCK_NB) and whose mtime is at least kStaleTempSeconds old; the age test covers the
-// instant between another writer's create and its flock. Best effort: a temporary it cannot
-// open, lock or remove (other owner, a filesystem without flock) is left alone.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <sys/types.h>
+
+#include "common/stale_temps.h"
 
 namespace zckpt {
-
-// How old (mtime, seconds) an unlocked temporary must be before a new writer removes it.
-inline constexpr int kStaleTempSeconds = 5;
 
 class AtomicFile {
  public:
@@ -50,21 +57,31 @@ class AtomicFile {
   void WriteAt(uint64_t offset, const void* data, size_t size);
   uint64_t position() const { return position_; }
 
-  // fsync, rename over the destination (the temporary still locked), fsync the directory.
-  void Commit();
+  // fsync, name it (above; the temporary still locked), fsync the directory. Returns the note
+  // also given to the commit-note handler when another writer's commit raced this one, else "".
+  std::string Commit();
   // Removes the temporary file now.
   void Abort();
 
   const std::string& destination() const { return destination_; }
+  // The named temporary; "" while the data is in an unnamed O_TMPFILE.
   const std::string& temp_path() const { return temp_path_; }
 
  private:
+  void CreateNamed();
   void FlushBuffer();
   void WriteAll(const char* p, size_t size);
+  void LinkIntoPlace();
+  std::string RaceNote() const;
 
   std::string destination_;
   std::string temp_path_;
   int fd_ = -1;
+  bool unnamed_ = false;  // an O_TMPFILE, no name yet
+  // What the destination was (lstat) when this writer began: dev/ino, or absent.
+  bool dest_existed_ = false;
+  dev_t dest_dev_ = 0;
+  ino_t dest_ino_ = 0;
   uint64_t position_ = 0;
   bool done_ = false;
   // Small writes (records, padding) are gathered so the kernel sees large writes.
@@ -75,6 +92,15 @@ class AtomicFile {
 // `to` through an AtomicFile, in pieces read with pread: a source that shrinks meanwhile is
 // Error(kIo) naming it, and nothing appears at `to`.
 void CopyFileAtomically(const std::string& from, const std::string& to);
+
+// Receives each commit's race note (see above); nullptr restores the default (stderr). Process-wide.
+void SetCommitNoteHandler(void (*handler)(const std::string& note));
+
+// Test hooks. false: never O_TMPFILE, every writer names its temporary from the start (the
+// fallback of filesystems without it). `before_rename`: called by Commit once the temporary it is
+// about to rename has its name (a test kills the writer there).
+void SetAtomicFileUseTmpfile(bool use);
+void SetAtomicFileBeforeRename(void (*before_rename)(const std::string& temp_path));
 
 // Test hook: when set (>0), the Nth write(2) issued by any AtomicFile fails with EIO. Lets tests
 // inject a write error without a full disk. 0 disables.

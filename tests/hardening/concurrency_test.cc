@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "hardening_util.h"
 #include "test_util.h"
 #include "zckpt/container.h"
@@ -267,6 +268,52 @@ TEST(Concurrency, RacingWritersOfOneDestination) {
   reader.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(testing::ListDir(dir.path()), std::vector<std::string>{"race.zckpt"});
+}
+
+// Two writers of one destination whose lifetimes overlap (atomic_file.h, "Two writers"): the last
+// rename wins, and that writer says it replaced a file another writer committed meanwhile; a
+// writer that began after the other's commit (a plain overwrite, as --force) says nothing.
+std::vector<std::string> g_notes;
+void KeepNote(const std::string& note) { g_notes.push_back(note); }
+
+std::string Content(const std::string& path) {
+  std::vector<uint8_t> b = testing::ReadFileBytes(path);
+  return {b.begin(), b.end()};
+}
+
+TEST(Concurrency, OverlappingWritersLastRenameWinsAndSaysSo) {
+  TempDir dir;
+  const std::string dest = dir.File("latest.zckpt");
+  SetCommitNoteHandler(KeepNote);
+  g_notes.clear();
+  for (bool existed : {false, true}) {
+    SCOPED_TRACE(existed ? "over an existing destination" : "no destination yet");
+    if (existed) {
+      AtomicFile old(dest);
+      old.Write("old", 3);
+      EXPECT_EQ(old.Commit(), "");
+    }
+    AtomicFile first(dest), second(dest);
+    first.Write("first", 5);
+    second.Write("second", 6);
+    EXPECT_EQ(second.Commit(), "") << "the destination had not changed since it began";
+    EXPECT_EQ(Content(dest), "second");
+    const std::string note = first.Commit();
+    EXPECT_EQ(Content(dest), "first");  // last rename wins, whole
+    EXPECT_NE(note.find(dest), std::string::npos) << note;
+    EXPECT_NE(note.find("last rename wins"), std::string::npos) << note;
+    ASSERT_EQ(g_notes.size(), 1u);
+    EXPECT_EQ(g_notes[0], note);
+    g_notes.clear();
+    // Sequential: began after the last commit, nothing to say.
+    AtomicFile later(dest);
+    later.Write("later", 5);
+    EXPECT_EQ(later.Commit(), "");
+    EXPECT_TRUE(g_notes.empty());
+    EXPECT_EQ(testing::ListDir(dir.path()), std::vector<std::string>{"latest.zckpt"});
+    std::filesystem::remove(dest);
+  }
+  SetCommitNoteHandler(nullptr);
 }
 
 }  // namespace

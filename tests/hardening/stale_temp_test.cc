@@ -1,6 +1,10 @@
-// Stale temporaries (common/atomic_file.h): a writer that dies leaves its `.NAME.zckpt-tmp-*`
-// file; the next write to the same destination removes it, but never the temporary of a writer
-// that is still alive, in this process or another, however old its file looks.
+// Stale temporaries (common/atomic_file.h, common/stale_temps.h): where a writer's data has a
+// name before it is complete (the named fallback of filesystems without O_TMPFILE, or the instant
+// between an O_TMPFILE's link and its rename), a writer that dies leaves its
+// `.NAME.zckpt-tmp-PID-*` file; the next writer in the folder removes it, whatever its own
+// destination, but never the temporary of a writer that is still alive, in this process or
+// another, however old its file looks. Most cases force the named fallback
+// (SetAtomicFileUseTmpfile(false)); the O_TMPFILE cases at the end need a filesystem with it.
 //
 // Writers in other processes are forked children (this suite starts no threads before forking),
 // told what to do over pipes, and SIGKILLed where the test wants a dead writer.
@@ -63,9 +67,30 @@ std::string ReadLine(int fd) {
 // A writer in a forked child: creates an AtomicFile for `dest`, writes "partial", reports its
 // temporary's path, then on each command line from the parent: "finish" writes "child" over and
 // commits (exit 0); anything else (or EOF) exits 3 without committing. SIGKILL kills it mid-write.
+// The named fallback unless a test says otherwise (restored after each test).
+class NamedTemporaries : public ::testing::Test {
+ protected:
+  void SetUp() override { SetAtomicFileUseTmpfile(false); }
+  void TearDown() override {
+    SetAtomicFileUseTmpfile(true);
+    SetAtomicFileBeforeRename(nullptr);
+  }
+};
+
+int g_report_fd = -1;  // the child's pipe to the parent, for the before-rename hook
+
+// In a child about to rename its linked O_TMPFILE: tell the parent the name, then wait to be
+// killed (between the two steps of atomic_file.h).
+void ReportAndHang(const std::string& temp_path) {
+  WriteLine(g_report_fd, temp_path);
+  for (;;) ::pause();
+}
+
 class ChildWriter {
  public:
-  explicit ChildWriter(const std::string& dest) {
+  // hang_before_rename: the child commits at once and stops between link and rename, having
+  // reported the temporary's name (for the parent to SIGKILL it there).
+  explicit ChildWriter(const std::string& dest, bool hang_before_rename = false) {
     int to_child[2], from_child[2];
     if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = ::fork();
@@ -77,6 +102,11 @@ class ChildWriter {
         AtomicFile file(dest);
         file.Write("partial", 7);
         file.Write(std::string(2 << 20, 'x').data(), 2 << 20);  // past the buffer: on disk now
+        if (hang_before_rename) {
+          g_report_fd = from_child[1];
+          SetAtomicFileBeforeRename(ReportAndHang);
+          file.Commit();
+        }
         WriteLine(from_child[1], file.temp_path());
         if (ReadLine(to_child[0]) == "finish") {
           file.Abort();
@@ -144,14 +174,14 @@ void CommitBytes(const std::string& dest, const std::string& content) {
   file.Commit();
 }
 
-TEST(StaleTemps, KilledWritersTemporaryIsRemovedByTheNextWrite) {
+TEST_F(NamedTemporaries, KilledWritersTemporaryIsRemovedByTheNextWrite) {
   TempDir dir;
   const std::string dest = dir.File("model.zckpt");
   const std::string leftover = KilledWritersTemp(dest);
   ASSERT_TRUE(IsTempOf(fs::path(leftover).filename(), "model.zckpt")) << leftover;
   // Dead writer: its temporary stays behind, nothing removes it on its own.
   ASSERT_EQ(TempsOf(dir.path(), "model.zckpt").size(), 1u);
-  Age(leftover);
+  // Its pid is in the name and dead: no need to wait for it to age.
 
   AtomicFile next(dest);
   EXPECT_FALSE(fs::exists(leftover)) << "the dead writer's temporary survived a new write";
@@ -161,21 +191,27 @@ TEST(StaleTemps, KilledWritersTemporaryIsRemovedByTheNextWrite) {
   ExpectOnly(dir, "model.zckpt", "new");
 }
 
-TEST(StaleTemps, FreshLeftoverIsKeptUntilItIsOld) {
-  // Unlocked but younger than kStaleTempSeconds: it could be a writer between its create and its
-  // flock, so it stays; once old it goes.
+TEST_F(NamedTemporaries, FreshUnlockedLeftoverOfALiveOrUnknownPidIsKeptUntilItIsOld) {
+  // Unlocked, younger than kStaleTempSeconds, and named by a live pid (this process: a writer
+  // between its create and its flock) or by none (zckpt before pids): it stays; once old it goes.
   TempDir dir;
   const std::string dest = dir.File("a.pt");
-  const std::string leftover = KilledWritersTemp(dest);
+  const std::string live = dir.File(TempName("a.pt", ::getpid(), 0x1234));
+  const std::string no_pid = dir.File(".a.pt.zckpt-tmp-00000000deadbeef");
+  testing::WriteFileBytes(live, Bytes("between create and flock"));
+  testing::WriteFileBytes(no_pid, Bytes("an old zckpt's"));
   CommitBytes(dest, "one");
-  EXPECT_TRUE(fs::exists(leftover)) << "a temporary seconds old was removed";
-  Age(leftover, kStaleTempSeconds + 1);
+  EXPECT_TRUE(fs::exists(live)) << "a live pid's temporary seconds old was removed";
+  EXPECT_TRUE(fs::exists(no_pid)) << "a temporary without pid, seconds old, was removed";
+  Age(live, kStaleTempSeconds + 1);
+  Age(no_pid, kStaleTempSeconds + 1);
   CommitBytes(dest, "two");
-  EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_FALSE(fs::exists(live));
+  EXPECT_FALSE(fs::exists(no_pid));
   ExpectOnly(dir, "a.pt", "two");
 }
 
-TEST(StaleTemps, LiveWriterInAnotherProcessKeepsItsTemporary) {
+TEST_F(NamedTemporaries, LiveWriterInAnotherProcessKeepsItsTemporary) {
   TempDir dir;
   const std::string dest = dir.File("model.zckpt");
   ChildWriter child(dest);
@@ -195,7 +231,7 @@ TEST(StaleTemps, LiveWriterInAnotherProcessKeepsItsTemporary) {
   ExpectOnly(dir, "model.zckpt", "child");
 }
 
-TEST(StaleTemps, LiveWriterInThisProcessKeepsItsTemporary) {
+TEST_F(NamedTemporaries, LiveWriterInThisProcessKeepsItsTemporary) {
   // flock belongs to the open file, so a second writer in the same process cannot take the
   // first one's lock either.
   TempDir dir;
@@ -209,13 +245,15 @@ TEST(StaleTemps, LiveWriterInThisProcessKeepsItsTemporary) {
   ExpectOnly(dir, "x.zckpt", "first");
 }
 
-TEST(StaleTemps, OnlyThisDestinationsRegularTemporariesAreRemoved) {
+TEST_F(NamedTemporaries, EveryDeadWritersTemporaryInTheFolderAndNothingElseIsRemoved) {
+  // A trainer killed while writing step_300 never writes step_300 again: the next writer in the
+  // folder (step_400's) must clean up after it, so the sweep covers the folder, not one name.
   TempDir dir;
   const std::string dest = dir.File("m.zckpt");
   const std::string leftover = KilledWritersTemp(dest);
-  // Look-alikes: another destination's dead temporary, a prefix of the name, a folder and a
-  // symlink named like temporaries of this destination, a file without the random suffix.
   const std::string other_leftover = KilledWritersTemp(dir.File("m.zckpt.bak"));
+  // Look-alikes: a prefix of the name, a folder and a symlink named like temporaries, a file
+  // without the random suffix or the leading dot.
   testing::WriteFileBytes(dir.File(".m.zckpt.zckpt-tmp-"), Bytes("no suffix"));
   testing::WriteFileBytes(dir.File("m.zckpt.zckpt-tmp-0123"), Bytes("no dot"));
   testing::WriteFileBytes(dir.File("target"), Bytes("symlink target"));
@@ -228,23 +266,79 @@ TEST(StaleTemps, OnlyThisDestinationsRegularTemporariesAreRemoved) {
   std::vector<std::string> after = ListDir(dir.path());
   std::vector<std::string> expected;
   for (const std::string& e : before)
-    if (e != fs::path(leftover).filename()) expected.push_back(e);
+    if (e != fs::path(leftover).filename() && e != fs::path(other_leftover).filename()) expected.push_back(e);
   expected.push_back("m.zckpt");
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(after, expected);
-  EXPECT_TRUE(fs::exists(other_leftover));
   EXPECT_EQ(ReadFileBytes(dir.File("target")), Bytes("symlink target"));
 }
 
-TEST(StaleTemps, ManyKilledWritersAreAllCleanedUp) {
+TEST_F(NamedTemporaries, ManyKilledWritersLeaveAtMostTheLastOnesTemporary) {
+  // A trainer preempted again and again: each new writer's start sweeps what the killed one
+  // before it left, so the folder never holds more than the last one's.
   TempDir dir;
   const std::string dest = dir.File("big.zckpt");
-  for (int i = 0; i < 8; ++i) KilledWritersTemp(dest);
-  std::vector<std::string> temps = TempsOf(dir.path(), "big.zckpt");
-  ASSERT_EQ(temps.size(), 8u);
-  for (const std::string& t : temps) Age(dir.File(t));
+  for (int i = 0; i < 8; ++i) {
+    const std::string leftover = KilledWritersTemp(dest);
+    EXPECT_EQ(TempsOf(dir.path(), "big.zckpt"), std::vector<std::string>{fs::path(leftover).filename()}) << "kill " << i;
+  }
   CommitBytes(dest, "done");
   EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{"big.zckpt"});
+}
+
+// O_TMPFILE (the default): the data has no name while it is written.
+bool HasTmpfile(const std::string& dir) {
+  AtomicFile probe(dir + "/probe");
+  return probe.temp_path().empty();
+}
+
+TEST(UnnamedTemporaries, WriterKilledWhileWritingLeavesNothing) {
+  TempDir dir;
+  if (!HasTmpfile(dir.path())) GTEST_SKIP() << dir.path() << ": no O_TMPFILE on this filesystem";
+  const std::string dest = dir.File("model.zckpt");
+  CommitBytes(dest, "old");
+  for (int i = 0; i < 4; ++i) {
+    ChildWriter child(dest);
+    EXPECT_EQ(child.temp_path(), "") << "an O_TMPFILE writer has a named temporary";
+    EXPECT_EQ(child.Kill(), 128 + SIGKILL);
+    ExpectOnly(dir, "model.zckpt", "old");  // nothing to sweep: the kernel freed it
+  }
+}
+
+TEST(UnnamedTemporaries, WriterKilledBetweenLinkAndRenameIsSweptByTheNextWriter) {
+  // linkat cannot replace a name: over an existing destination the finished O_TMPFILE is linked
+  // to a temporary name, then renamed. SIGKILL in between leaves that name; the next writer in
+  // the folder removes it at once (its writer's pid is dead), and the old destination is intact.
+  TempDir dir;
+  if (!HasTmpfile(dir.path())) GTEST_SKIP() << dir.path() << ": no O_TMPFILE on this filesystem";
+  const std::string dest = dir.File("latest.zckpt");
+  CommitBytes(dest, "old");
+  std::string leftover;
+  {
+    ChildWriter child(dest, /*hang_before_rename=*/true);
+    leftover = child.temp_path();
+    ASSERT_TRUE(IsTempOf(fs::path(leftover).filename(), "latest.zckpt")) << leftover;
+    // Alive and hanging there: its temporary is locked, so a writer now leaves it alone.
+    CommitBytes(dir.File("other.zckpt"), "other");
+    EXPECT_TRUE(fs::exists(leftover)) << "a live writer's linked temporary was removed";
+    EXPECT_EQ(child.Kill(), 128 + SIGKILL);
+  }
+  EXPECT_TRUE(fs::exists(leftover));
+  EXPECT_EQ(ReadFileBytes(dest), Bytes("old"));
+  CommitBytes(dir.File("step_400.zckpt"), "next");  // another destination: the sweep covers the folder
+  EXPECT_FALSE(fs::exists(leftover)) << "the killed writer's linked temporary survived the next writer";
+  EXPECT_EQ(ListDir(dir.path()), (std::vector<std::string>{"latest.zckpt", "other.zckpt", "step_400.zckpt"}));
+  EXPECT_EQ(ReadFileBytes(dest), Bytes("old"));
+}
+
+TEST(UnnamedTemporaries, NewDestinationIsLinkedStraightIntoPlace) {
+  // No destination yet: linkat to it directly, so there is no instant with a second name.
+  TempDir dir;
+  if (!HasTmpfile(dir.path())) GTEST_SKIP() << dir.path() << ": no O_TMPFILE on this filesystem";
+  SetAtomicFileBeforeRename([](const std::string& p) { ADD_FAILURE() << "renamed through " << p; });
+  CommitBytes(dir.File("fresh.zckpt"), "fresh");
+  SetAtomicFileBeforeRename(nullptr);
+  ExpectOnly(dir, "fresh.zckpt", "fresh");
 }
 
 }  // namespace
