@@ -50,6 +50,8 @@
 
 namespace zckpt {
 
+class Container;  // zckpt/container.h
+
 // What the file says about a tensor beyond its view (parallel to TensorSet::tensors).
 struct TensorMeta {
   std::string storage_key;
@@ -104,6 +106,14 @@ struct LoadResult : TensorSet {
 // Device memory: the storages only (zstd chunks are decoded on the host).
 LoadResult Load(const std::string& path, c10::Device device, const LoadOptions& options = {});
 
+// Every load opens its file once: the object pickle, the index and every chunk are read through
+// that one open file description, so a checkpoint renamed over the path during the load (a
+// trainer publishing `latest`) gives all of the old file or all of the new, never a mix. The
+// overloads taking a Container (Container::Open) read through the caller's open file instead:
+// how a caller that reads the container itself too (the Python module vets the pickle it hands
+// torch) gets that guarantee across its calls.
+LoadResult Load(const Container& container, c10::Device device, const LoadOptions& options = {});
+
 // The storages only (no tensor views): for the Python module, which hands them to torch's own
 // unpickler. `tensors`/`meta` are empty.
 LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadOptions& options = {});
@@ -111,6 +121,8 @@ LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadO
 // name (a dict map_location, CPU storages in a mostly-CUDA file). Still one pass over the file,
 // and each device receives its own storages only: none is parked on another device first.
 LoadResult LoadStorages(const std::string& path, const std::map<std::string, c10::Device>& devices,
+                        c10::Device fallback, const LoadOptions& options = {});
+LoadResult LoadStorages(const Container& container, const std::map<std::string, c10::Device>& devices,
                         c10::Device fallback, const LoadOptions& options = {});
 
 struct LoadIntoOptions {
@@ -138,6 +150,8 @@ struct LoadIntoReport {
 // in a host buffer and copy_()s it. On an error after copying began (corrupt chunk, CUDA error,
 // cancel) targets may be partially written.
 LoadIntoReport LoadInto(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
+                        const LoadIntoOptions& options = {});
+LoadIntoReport LoadInto(const Container& container, const std::vector<std::pair<std::string, at::Tensor>>& targets,
                         const LoadIntoOptions& options = {});
 
 // A run of a saved tensor's elements: [begin, begin + target.numel()) in its row-major order,
@@ -200,8 +214,10 @@ struct MapOptions {
 // the signal. Load/LoadInto/LoadStorages (every read method) end such a race with Error(kIo)
 // naming the file instead.
 MapResult Map(const std::string& path, const MapOptions& options = {});
+MapResult Map(const Container& container, const MapOptions& options = {});  // through its open file, as Load's
 // The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
 MapResult MapStorages(const std::string& path, const MapOptions& options = {});
+MapResult MapStorages(const Container& container, const MapOptions& options = {});
 
 // Measurement helpers shared by `zckpt load`, the tests and the benchmarks.
 struct HostMemory {

@@ -60,9 +60,10 @@ std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Ten
 
 }  // namespace
 
-LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const LoadIntoOptions& options) {
+LoadIntoReport LoadInto(const Container& container, const Targets& targets, const LoadIntoOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  auto c = Container::Open(path);
+  const Container* c = &container;
+  const std::string& path = c->path();
   loader::ResolveSlotBytes(options.base, c->superblock().chunk_bytes);
   // One container, one answer: the pickle must describe what the index does (zckpt.load reads
   // the pickle) before any target is written.
@@ -109,6 +110,10 @@ LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const L
   report.tensors_staged = r.staged;
   report.stats = r.stats;
   return report;
+}
+
+LoadIntoReport LoadInto(const std::string& path, const Targets& targets, const LoadIntoOptions& options) {
+  return LoadInto(*Container::Open(path), targets, options);
 }
 
 LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget>& ranges, const LoadOptions& options) {

@@ -24,9 +24,9 @@ void CheckDevice(c10::Device device) {
 
 // `device_of(container, storage index)` says where each storage goes.
 template <typename DeviceOf>
-LoadResult LoadImpl(const std::string& path, DeviceOf device_of, const LoadOptions& options, bool views) {
+LoadResult LoadImpl(const Container& container, DeviceOf device_of, const LoadOptions& options, bool views) {
   auto t0 = std::chrono::steady_clock::now();
-  auto c = Container::Open(path);
+  const Container* c = &container;
   for (uint32_t s = 0; s < c->storage_count(); ++s) CheckDevice(device_of(*c, s));
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);  // bad options fail before allocating
   std::optional<convert::ObjectPickle> pickle;
@@ -68,21 +68,30 @@ LoadResult LoadImpl(const std::string& path, DeviceOf device_of, const LoadOptio
 
 }  // namespace
 
+LoadResult Load(const Container& c, c10::Device device, const LoadOptions& options) {
+  return LoadImpl(c, [&](const Container&, uint32_t) { return device; }, options, true);
+}
+
 LoadResult Load(const std::string& path, c10::Device device, const LoadOptions& options) {
-  return LoadImpl(path, [&](const Container&, uint32_t) { return device; }, options, true);
+  return Load(*Container::Open(path), device, options);
 }
 
 LoadResult LoadStorages(const std::string& path, c10::Device device, const LoadOptions& options) {
-  return LoadImpl(path, [&](const Container&, uint32_t) { return device; }, options, false);
+  return LoadImpl(*Container::Open(path), [&](const Container&, uint32_t) { return device; }, options, false);
 }
 
-LoadResult LoadStorages(const std::string& path, const std::map<std::string, c10::Device>& devices,
-                        c10::Device fallback, const LoadOptions& options) {
+LoadResult LoadStorages(const Container& c, const std::map<std::string, c10::Device>& devices, c10::Device fallback,
+                        const LoadOptions& options) {
   auto device_of = [&](const Container& c, uint32_t s) {
     auto it = devices.find(std::string(c.storage(s).key));
     return it == devices.end() ? fallback : it->second;
   };
-  return LoadImpl(path, device_of, options, false);
+  return LoadImpl(c, device_of, options, false);
+}
+
+LoadResult LoadStorages(const std::string& path, const std::map<std::string, c10::Device>& devices,
+                        c10::Device fallback, const LoadOptions& options) {
+  return LoadStorages(*Container::Open(path), devices, fallback, options);
 }
 
 }  // namespace zckpt

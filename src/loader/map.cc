@@ -54,9 +54,9 @@ at::Tensor MappedBytes(const std::shared_ptr<Mapping>& m, uint64_t offset, uint6
   return loader::BytesOf(storage);
 }
 
-MapResult MapImpl(const std::string& path, bool views, const MapOptions& options) {
+MapResult MapImpl(const Container& container, bool views, const MapOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  auto c = Container::Open(path);
+  const Container* c = &container;
   std::optional<convert::ObjectPickle> pickle;
   if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
@@ -93,8 +93,14 @@ MapResult MapImpl(const std::string& path, bool views, const MapOptions& options
 
 }  // namespace
 
-MapResult Map(const std::string& path, const MapOptions& options) { return MapImpl(path, true, options); }
+MapResult Map(const Container& c, const MapOptions& options) { return MapImpl(c, true, options); }
 
-MapResult MapStorages(const std::string& path, const MapOptions& options) { return MapImpl(path, false, options); }
+MapResult Map(const std::string& path, const MapOptions& options) { return MapImpl(*Container::Open(path), true, options); }
+
+MapResult MapStorages(const Container& c, const MapOptions& options) { return MapImpl(c, false, options); }
+
+MapResult MapStorages(const std::string& path, const MapOptions& options) {
+  return MapImpl(*Container::Open(path), false, options);
+}
 
 }  // namespace zckpt

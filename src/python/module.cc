@@ -37,8 +37,11 @@ std::unique_ptr<Container> OpenContainer(const std::string& path) {
   }
 }
 
-py::dict Describe(const std::string& path) {
-  auto c = OpenContainer(path);
+// Each function below that reads a container takes one opened by the caller: zckpt/_api.py opens a
+// checkpoint once (`_C.open`) and asks that one open file for its metadata, its vetted pickle and
+// its storages, so a file renamed over the path in between cannot mix two checkpoints
+// (include/zckpt/loader.h). The path-taking module functions open the file for one call.
+py::dict Describe(const Container* c) {
   py::list storages, tensors;
   for (uint32_t i = 0; i < c->storage_count(); ++i) {
     StorageInfo s = c->storage(i);
@@ -66,8 +69,7 @@ py::dict Describe(const std::string& path) {
 // Every tensor record: what the converter learned of each tensor (shape, flags, and the JSON
 // `extra` carrying a ShardedTensor shard's offsets/sizes/placement or a DTensor's placements and
 // mesh), read from the index alone.
-py::list TensorRecords(const std::string& path) {
-  auto c = OpenContainer(path);
+py::list TensorRecords(const Container* c) {
   py::list out;
   for (uint32_t i = 0; i < c->tensor_count(); ++i) {
     TensorInfo t = c->tensor(i);
@@ -94,15 +96,14 @@ py::bytes ReadBlob(const std::string& path, const std::string& name) {
 // The object pickle, read by zckpt's interpreter under the allowlist plus `allow_globals` and
 // checked against the index, before Python hands it to torch's unpickler: the bytes returned are
 // the ones vetted. Errors as ReadObjectPickle (UnsafeError, CorruptError naming the file).
-py::bytes VettedPickle(const std::string& path, const std::vector<std::string>& allow_globals) {
+py::bytes VettedPickle(const Container& c, const std::vector<std::string>& allow_globals) {
   std::string bytes;
   {
     py::gil_scoped_release release;
-    auto c = Container::Open(path);
     convert::PickleReadOptions read;
     read.allow_globals = allow_globals;
-    auto pickle = convert::ReadObjectPickle(*c, read);
-    if (!pickle) throw Error(ErrorKind::kInvalidArgument, path + ": no object pickle (data.pkl) to load");
+    auto pickle = convert::ReadObjectPickle(c, read);
+    if (!pickle) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to load");
     bytes.assign(reinterpret_cast<const char*>(pickle->bytes.data()), pickle->bytes.size());
   }
   return py::bytes(bytes);
@@ -116,7 +117,7 @@ py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
 
 // Storages onto their devices (`devices`: key -> "cpu", "cuda:1", ...), all in one streaming
 // pass: each device receives its own storages only.
-py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std::string>& devices, bool verify) {
+py::dict LoadStoragesTo(const Container& c, const std::map<std::string, std::string>& devices, bool verify) {
   std::map<std::string, c10::Device> where;
   for (const auto& [key, dev] : devices) where.emplace(key, c10::Device(dev));
   std::map<std::string, at::Tensor> storages;
@@ -124,24 +125,24 @@ py::dict LoadStoragesTo(const std::string& path, const std::map<std::string, std
     py::gil_scoped_release release;
     LoadOptions options;
     options.verify = verify;
-    storages = LoadStorages(path, where, c10::Device(c10::kCPU), options).storages_by_key;
+    storages = LoadStorages(c, where, c10::Device(c10::kCPU), options).storages_by_key;
   }
   return StoragesToDict(storages);
 }
 
-py::dict MapStoragesToDict(const std::string& path, bool verify) {
+py::dict MapStoragesToDict(const Container& c, bool verify) {
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
     MapOptions options;
     options.verify = verify;
-    storages = MapStorages(path, options).storages_by_key;  // storages only: quantized files map too
+    storages = MapStorages(c, options).storages_by_key;  // storages only: quantized files map too
   }
   return StoragesToDict(storages);
 }
 
 std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
-    const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify,
+    const Container& c, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify,
     const std::vector<std::string>& allow_globals) {
   py::gil_scoped_release release;
   LoadIntoOptions options;
@@ -150,9 +151,9 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
   options.base.allow_globals = allow_globals;
   LoadIntoReport report;
   try {
-    report = LoadInto(path, targets, options);
+    report = LoadInto(c, targets, options);
   } catch (const Error& e) {
-    throw convert::WithNotAContainerHint(e, path);  // a .pt given by mistake: convert it first
+    throw convert::WithNotAContainerHint(e, c.path());  // a .pt given by mistake: convert it first
   }
   return {report.missing, report.unexpected};
 }
@@ -313,18 +314,44 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetString(type, e.what());
     }
   });
-  m.def("describe", &zckpt::Describe, py::arg("path"));
+  // One open checkpoint (module.cc, above Describe): what zckpt.load reads everything through.
+  using zckpt::Container;
+  py::class_<Container, std::shared_ptr<Container>>(m, "Checkpoint")
+      .def_property_readonly("path", &Container::path)
+      .def("describe", [](const Container& c) { return zckpt::Describe(&c); })
+      .def("tensor_records", [](const Container& c) { return zckpt::TensorRecords(&c); })
+      .def("vetted_pickle", &zckpt::VettedPickle, py::arg("allow_globals") = std::vector<std::string>{})
+      .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true)
+      .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false)
+      .def("load_into", &zckpt::LoadIntoTargets, py::arg("targets"), py::arg("strict") = true,
+           py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("open", [](const std::string& path) {
+    py::gil_scoped_release release;
+    return std::shared_ptr<Container>(zckpt::OpenContainer(path));
+  }, py::arg("path"));
+  m.def("describe", [](const std::string& path) { return zckpt::Describe(zckpt::OpenContainer(path).get()); },
+        py::arg("path"));
   m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
-  m.def("vetted_pickle", &zckpt::VettedPickle, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("load_storages", &zckpt::LoadStoragesTo, py::arg("path"), py::arg("devices"), py::arg("verify") = true);
-  m.def("map_storages", &zckpt::MapStoragesToDict, py::arg("path"), py::arg("verify") = false);
-  m.def("load_into", &zckpt::LoadIntoTargets, py::arg("path"), py::arg("targets"), py::arg("strict") = true,
-        py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("vetted_pickle", [](const std::string& path, const std::vector<std::string>& allow) {
+    return zckpt::VettedPickle(*zckpt::Container::Open(path), allow);
+  }, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
+  m.def("load_into", [](const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
+                        bool strict, bool verify, const std::vector<std::string>& allow) {
+    std::unique_ptr<Container> c;
+    try {
+      c = Container::Open(path);
+    } catch (const zckpt::Error& e) {
+      throw zckpt::convert::WithNotAContainerHint(e, path);
+    }
+    return zckpt::LoadIntoTargets(*c, targets, strict, verify, allow);
+  }, py::arg("path"), py::arg("targets"), py::arg("strict") = true, py::arg("verify") = true,
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true,
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("tensor_records", &zckpt::TensorRecords, py::arg("path"));
+  m.def("tensor_records", [](const std::string& path) { return zckpt::TensorRecords(zckpt::OpenContainer(path).get()); },
+        py::arg("path"));
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
         py::arg("zstd_level") = 0, py::arg("threads") = 0, py::arg("allow_globals") = std::vector<std::string>{});
   m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <fcntl.h>
 #include <random>
 #include <thread>
@@ -29,6 +31,77 @@ namespace {
 bool Shrank(const Error& e, const std::string& path) {
   std::string m = e.what();
   return e.kind() == ErrorKind::kIo && m.find(path) != std::string::npos && m.find("changed size") != std::string::npos;
+}
+
+// A checkpoint published by rename while loads run (issue 22, part 1): `latest` is A or B,
+// renamed over the path in a loop; every load must be all of A or all of B (each load reads its
+// index and every chunk through one open file, whatever the path names meanwhile).
+// The versions' indexes differ too (B's tensor i lives in storage 3 - i), so one file's index
+// with the other's chunks is caught, not only chunks of both.
+std::string WriteVersion(const TempDir& dir, const std::string& name, uint64_t seed, bool reversed) {
+  Fixture f;
+  for (int i = 0; i < 4; ++i) f.AddStorage("s" + std::to_string(i), RandomBytes(256 << 10, seed * 10 + i), DType::kFloat32);
+  for (int i = 0; i < 4; ++i) f.AddTensor("t" + std::to_string(i), reversed ? 3 - i : i, DType::kFloat32, {256 << 8}, {1});
+  return f.WriteIn(dir, name, SmallChunks(16 << 10, 0));
+}
+
+// Which version every tensor of `tensors` is (0 or 1), or -1 when they disagree or match neither.
+int VersionOf(const std::map<std::string, at::Tensor>& got, const std::vector<LoadResult>& versions) {
+  for (int v = 0; v < 2; ++v) {
+    bool all = true;
+    for (int i = 0; i < 4 && all; ++i) {
+      const std::string name = "t" + std::to_string(i);
+      all = got.count(name) && SameBytes(got.at(name), versions[v].get(name));
+    }
+    if (all) return v;
+  }
+  return -1;
+}
+
+const ReadMethod kPublishMethods[] = {ReadMethod::kPread, ReadMethod::kMmap, ReadMethod::kDirect};
+
+TEST(LoadRace, LoadsRacingARenamingPublisherGiveOneWholeVersion) {
+  TempDir dir;
+  const std::string a = WriteVersion(dir, "a.zckpt", 1, false), b = WriteVersion(dir, "b.zckpt", 2, true);
+  const std::vector<LoadResult> versions = {Load(a, c10::Device("cpu")), Load(b, c10::Device("cpu"))};
+  const std::string latest = dir.File("latest.zckpt"), tmp = dir.File("latest.publishing");
+  ASSERT_EQ(::link(a.c_str(), latest.c_str()), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> renames{0};
+  std::thread publisher([&] {
+    for (int i = 1; !stop; ++i) {  // B first: `latest` starts as A
+      if (::link((i % 2 ? b : a).c_str(), tmp.c_str()) != 0 || ::rename(tmp.c_str(), latest.c_str()) != 0) {
+        ADD_FAILURE() << "publisher: " << std::strerror(errno);
+        return;
+      }
+      renames++;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  int seen[2] = {0, 0}, mixed = 0;
+  for (int n = 0; n < 60; ++n) {
+    LoadOptions o;
+    o.method = kPublishMethods[n % 3];
+    o.reader_threads = 2;
+    o.slot_bytes = 16 << 10;  // many small reads: renames land inside the load
+    std::map<std::string, at::Tensor> got;
+    if (n % 4 == 3) {
+      MapOptions mo;
+      mo.verify = true;
+      MapResult m = Map(latest, mo);
+      for (const auto& [name, t] : m.tensors) got[name] = t.clone();
+    } else {
+      LoadResult r = Load(latest, c10::Device("cpu"), o);
+      for (const auto& [name, t] : r.tensors) got[name] = t;
+    }
+    int v = VersionOf(got, versions);
+    if (v < 0) mixed++;
+    else seen[v]++;
+  }
+  stop = true;
+  publisher.join();
+  EXPECT_EQ(mixed, 0) << "loads mixing A and B (A whole: " << seen[0] << ", B whole: " << seen[1] << ")";
+  EXPECT_GT(renames.load(), 0);
 }
 
 // Three 256 KiB storages (one compressible, so zstd chunks), 64 KiB chunks.

@@ -128,15 +128,18 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     when weights_only=True refuses what torch.load(weights_only=True) refuses.
     """
     path = _path(f)
-    info = _C.describe(path)
+    # One open file for everything below: a checkpoint renamed over `path` meanwhile (a trainer
+    # publishing `latest`) cannot give this file's pickle with that one's storages.
+    ckpt = _C.open(path)
+    info = ckpt.describe()
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
-    pickle_bytes = _C.vetted_pickle(path, _allowed(allow_globals, weights_only))
+    pickle_bytes = ckpt.vetted_pickle(_allowed(allow_globals, weights_only))
     locations = {s["key"]: s["location"] for s in info["storages"]}
 
     if mmap:
         if map_location not in (None, "cpu", torch.device("cpu")):
             raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
-        raw = _C.map_storages(path, verify)
+        raw = ckpt.map_storages(verify)
     else:
         devices, meta = {}, set()
         for key, location in locations.items():
@@ -147,10 +150,11 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
                 meta.add(key)
                 continue
             devices[key] = "cpu" if dev is None else str(dev)
-        raw = _C.load_storages(path, devices, verify)
+        raw = ckpt.load_storages(devices, verify)
         sizes = {s["key"]: s["bytes"] for s in info["storages"]}
         for key in meta:
             raw[key] = torch.empty(sizes[key], dtype=torch.uint8, device="meta")
+    del ckpt
 
     restored = {}  # key -> storage handed out: each storage is restored (and mapped) once
 
@@ -195,13 +199,14 @@ def _named_tensors(target):
     raise TypeError(f"load_into takes an nn.Module, an optimizer or a state dict, not {type(target).__name__}")
 
 
-def _saved_param_groups(path, optimizer, weights_only, allowed):
+def _saved_param_groups(ckpt, optimizer, weights_only, allowed):
     """The saved param_groups (lr, betas, ...), checked against the optimizer's groups.
 
     The kept pickle is vetted by zckpt's interpreter, then replayed with every storage on the
     meta device: no tensor memory at all, and through torch's weights-only unpickler unless the
     caller says otherwise, so nothing the file names runs."""
-    pickle_bytes = _C.vetted_pickle(path, allowed)
+    path = ckpt.path
+    pickle_bytes = ckpt.vetted_pickle(allowed)
     meta = _replay(path, pickle_bytes, lambda key, loc, dtype: torch.UntypedStorage(0, device="meta"),
                    weights_only, False)
     saved_groups = meta.get("param_groups", []) if isinstance(meta, dict) else []
@@ -245,13 +250,16 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     allowed = _allowed(allow_globals, weights_only)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
         return load_into_fsdp1(path, target, strict, verify, weights_only, allowed)
-    named = resolve(path, target, _named_tensors(target))
+    entries = _named_tensors(target)  # a target of the wrong type is refused before the file is opened
+    # One open file for the records, the param_groups and the tensors (as load).
+    ckpt = _C.open(path)
+    named = resolve(path, target, entries, ckpt)
     saved_groups = None
     if isinstance(target, torch.optim.Optimizer):
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
-        saved_groups = _saved_param_groups(path, target, weights_only, allowed)
+        saved_groups = _saved_param_groups(ckpt, target, weights_only, allowed)
     with torch.no_grad():
-        missing, unexpected = _C.load_into(path, named, strict, verify, allowed)
+        missing, unexpected = ckpt.load_into(named, strict, verify, allowed)
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected

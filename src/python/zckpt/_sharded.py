@@ -61,6 +61,11 @@ def records(path):
     return _records_cached(path, st.st_mtime_ns, st.st_size)
 
 
+def records_of(ckpt):
+    """records() of an opened _C.Checkpoint: the index of that very open file."""
+    return {d["name"]: Record(d) for d in ckpt.tensor_records()}
+
+
 def saved_rank(path):
     """(rank, world_size) from a verl-style name: the container's own, else the name of the .pt
     it was converted from; None when neither follows the pattern."""

@@ -9,7 +9,7 @@ resolve to their local tensor after the file's record of them is checked against
 import torch
 
 from . import _C
-from ._sharded import check_rank_of_file, local_target, process_rank, records
+from ._sharded import check_rank_of_file, local_target, process_rank, records, records_of
 
 
 def _live_storages(module):
@@ -32,9 +32,10 @@ def _is_sharded_kind(t):
     return type(t).__name__ in ("DTensor", "ShardedTensor") or getattr(t, "_is_flat_param", False)
 
 
-def resolve(path, target, named):
-    """(name, tensor) pairs for _C.load_into from load_into's (name, state entry) pairs."""
-    recs = records(path)
+def resolve(path, target, named, ckpt=None):
+    """(name, tensor) pairs for _C.load_into from load_into's (name, state entry) pairs; the
+    records from `ckpt` (an opened _C.Checkpoint) when given, the file load_into reads."""
+    recs = records(path) if ckpt is None else records_of(ckpt)
     out = []
     sharded = False
     for name, t in named:
