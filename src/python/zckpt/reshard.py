@@ -34,12 +34,16 @@ Memory: the merge holds the largest tensor; writing rank r holds rank r's new sh
 1/N of the family) plus the mapped merged container (page cache, not heap).
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -273,7 +277,7 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
                                   "(--force overwrites)")
     os.makedirs(out, exist_ok=True)
     rank_files = set()
-    with tempfile.TemporaryDirectory(prefix=".zckpt-reshard-", dir=out) as tmp:
+    with _workdir(out) as tmp:
         # Every family's way is decided (and a family that cannot be resharded refused) before
         # anything is written.
         plans = []
@@ -337,12 +341,65 @@ def _write_rank(state, tmp, out, family, world_size, rank, fmt):
         os.unlink(pt)
 
 
+WORKDIR_PREFIX = ".zckpt-reshard-"
+STALE_SECONDS = 5  # as common/stale_temps.h's kStaleTempSeconds
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _remove_stale_workdirs(out):
+    """Removes the work folders of dead reshards in `out` (the rule of common/stale_temps.h: nobody
+    holds the folder's flock, and its pid is dead or it is old), so a reshard killed with SIGKILL
+    leaves nothing once the next one starts. Best effort."""
+    for name in os.listdir(out):
+        m = re.fullmatch(re.escape(WORKDIR_PREFIX) + r"(\d+)-\w+", name)
+        if not m:
+            continue
+        path = os.path.join(out, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _alive(int(m.group(1))) or time.time() - os.fstat(fd).st_mtime >= STALE_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass  # locked: its reshard is alive
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _workdir(out):
+    """A folder in `out` for the intermediates (the merged container, each new rank's .pt), named
+    with this process's pid and locked for its whole life: removed on the way out, and by the next
+    reshard into `out` when this one is killed."""
+    _remove_stale_workdirs(out)
+    tmp = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=out)
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
+
+
 def _rest(ckpt_dir, out, rank_files):
     """(source, destination, top) of every file copied beside the rank files; top: directly in
     `ckpt_dir`."""
     for root, dirs, names in os.walk(ckpt_dir):
         rel = os.path.relpath(root, ckpt_dir)
-        dirs[:] = [d for d in dirs if not d.startswith(".zckpt-reshard-")]
+        dirs[:] = [d for d in dirs if not d.startswith(WORKDIR_PREFIX)]
         for name in names:
             if rel == "." and (name in rank_files or RANK_FILE.match(name)):
                 continue
