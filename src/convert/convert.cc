@@ -148,7 +148,8 @@ class Converter {
   void ConvertSafetensors(const MappedFile& file) {
     stats_.source_format = "safetensors";
     std::span<const uint8_t> bytes(file.data(), file.size());
-    safetensors::Header header = safetensors::ParseFile(bytes, file.path());
+    std::vector<uint8_t> json;  // read privately: a source truncated now is an error, not SIGBUS
+    safetensors::Header header = safetensors::ReadFileHeader(file, &json);
     std::vector<pickle::DictTensor> dict;
     dict.reserve(header.tensors.size());
     for (size_t i = 0; i < header.tensors.size(); ++i) {
@@ -171,7 +172,7 @@ class Converter {
     }
     stats_.tensors = convert::AddTensorRecords(writer_, model);
     writer_.AddBlob(std::string(convert::kObjectPickleBlob), pkl_bytes);
-    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), file.CopyView(bytes.subspan(8, header.header_bytes)));
+    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), json);
     writer_.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
     if (header.has_metadata)
       writer_.SetMetadata(std::string(convert::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));

@@ -42,9 +42,19 @@ struct Zip64Needs {
   bool disk = false;
 };
 
+// Every byte the parser looks at is first copied out of the file (MappedFile::ReadAt) into memory
+// of its own, as the container reader does with its index: the end records (the file's last
+// bytes, read at once), the central directory (one read), and anything else (a ZIP64 end record
+// further back, each local header) on its own. A source truncated while it is parsed is therefore
+// Error(kIo) naming it, never a SIGBUS from the mapping, and a byte checked once cannot change
+// under the parser.
 class Parser {
  public:
-  explicit Parser(const MappedFile& file) : path_(file.path()), data_(file.data()), size_(file.size()) {}
+  explicit Parser(const MappedFile& file) : file_(file), path_(file.path()), size_(file.size()) {
+    tail_.begin = size_ > kTailBytes ? size_ - kTailBytes : 0;
+    tail_.bytes.resize(size_ - tail_.begin);
+    file_.ReadAt(tail_.begin, tail_.bytes.size(), tail_.bytes.data());
+  }
 
   EndRecords ReadEndRecords() const;
   std::vector<ZipEntry> ReadCentralDirectory(const EndRecords& end) const;
@@ -66,9 +76,31 @@ class Parser {
   void ApplyZip64Extra(const uint8_t* extra, uint64_t len, const Zip64Needs& needs, ZipEntry* e) const;
   void ReadLocalHeader(uint64_t cd_offset, ZipEntry* e) const;
 
+  // Private bytes [pos, pos + n) of the file (the caller checked they lie inside it): a pointer
+  // into the end records or central directory read earlier, else into scratch_, which the next
+  // call may replace.
+  const uint8_t* At(uint64_t pos, uint64_t n) const {
+    for (const Window* w : {static_cast<const Window*>(&tail_), static_cast<const Window*>(&cd_)})
+      if (pos >= w->begin && n <= w->bytes.size() && pos - w->begin <= w->bytes.size() - n)
+        return w->bytes.data() + (pos - w->begin);
+    scratch_.resize(n);
+    file_.ReadAt(pos, n, scratch_.data());
+    return scratch_.data();
+  }
+
+  struct Window {
+    uint64_t begin = 0;
+    std::vector<uint8_t> bytes;
+  };
+  // Where the end record and a ZIP64 locator must lie: a comment of at most 64 KiB after them.
+  static constexpr uint64_t kTailBytes = kEndSize + kMaxCommentSize + kZip64LocatorSize;
+
+  const MappedFile& file_;
   const std::string& path_;
-  const uint8_t* data_;
   uint64_t size_;
+  Window tail_;
+  mutable Window cd_;
+  mutable std::vector<uint8_t> scratch_;
 };
 
 // The end-of-central-directory record sits in the last 22 + 65535 bytes (its comment is at most
@@ -77,12 +109,13 @@ uint64_t Parser::FindEnd() const {
   if (size_ >= kEndSize) {
     uint64_t lowest = size_ - kEndSize > kMaxCommentSize ? size_ - kEndSize - kMaxCommentSize : 0;
     for (uint64_t pos = size_ - kEndSize;; --pos) {
-      if (Load32(data_ + pos) == kEndSig && pos + kEndSize + Load16(data_ + pos + kEndCommentLen) == size_)
+      const uint8_t* p = At(pos, kEndSize);
+      if (Load32(p) == kEndSig && pos + kEndSize + Load16(p + kEndCommentLen) == size_)
         return pos;
       if (pos == lowest) break;
     }
   }
-  if (size_ >= 4 && Load32(data_) == kLocalHeaderSig)
+  if (size_ >= 4 && Load32(At(0, 4)) == kLocalHeaderSig)
     Fail(ErrorKind::kCorrupt, "zip archive has no end of central directory record (truncated?)");
   Fail(ErrorKind::kNotContainer, "not a zip archive (no end of central directory record)");
 }
@@ -92,7 +125,7 @@ uint64_t Parser::FindEnd() const {
 bool Parser::ReadZip64End(uint64_t end_pos, EndRecords* out) const {
   if (end_pos < kZip64LocatorSize) return false;
   const uint64_t loc_pos = end_pos - kZip64LocatorSize;
-  const uint8_t* loc = data_ + loc_pos;
+  const uint8_t* loc = At(loc_pos, kZip64LocatorSize);
   if (Load32(loc) != kZip64LocatorSig) return false;
   uint32_t total_disks = Load32(loc + kLocatorTotalDisks);
   if (Load32(loc + kLocatorDisk) != 0 || total_disks > 1)
@@ -103,7 +136,7 @@ bool Parser::ReadZip64End(uint64_t end_pos, EndRecords* out) const {
     Fail(ErrorKind::kCorrupt, "ZIP64 end of central directory offset " + std::to_string(z_pos) +
                                   " does not leave room for the record before its locator at byte " +
                                   std::to_string(loc_pos));
-  const uint8_t* z = data_ + z_pos;
+  const uint8_t* z = At(z_pos, kZip64EndSize);
   if (Load32(z) != kZip64EndSig)
     Fail(ErrorKind::kCorrupt, "no ZIP64 end of central directory signature at byte " + std::to_string(z_pos));
   // The record (with any extensible data) must end exactly where the locator starts.
@@ -126,7 +159,7 @@ bool Parser::ReadZip64End(uint64_t end_pos, EndRecords* out) const {
 
 EndRecords Parser::ReadEndRecords() const {
   const uint64_t end_pos = FindEnd();
-  const uint8_t* end = data_ + end_pos;
+  const uint8_t* end = At(end_pos, kEndSize);
   const std::string where = " (end of central directory record at byte " + std::to_string(end_pos) + ")";
   EndRecords r;
   const bool zip64 = ReadZip64End(end_pos, &r);
@@ -165,6 +198,9 @@ std::vector<ZipEntry> Parser::ReadCentralDirectory(const EndRecords& end) const 
   std::vector<ZipEntry> entries;
   entries.reserve(end.entries);  // bounded by cd_size / 46 above
   const uint64_t cd_end = end.cd_offset + end.cd_size;
+  cd_.begin = end.cd_offset;  // inside the file: it ends where the end records start
+  cd_.bytes.resize(end.cd_size);
+  file_.ReadAt(cd_.begin, cd_.bytes.size(), cd_.bytes.data());
   uint64_t pos = end.cd_offset;
   for (uint64_t i = 0; i < end.entries; ++i) {
     ZipEntry e = ReadCentralRecord(pos, cd_end, &pos);
@@ -178,15 +214,16 @@ std::vector<ZipEntry> Parser::ReadCentralDirectory(const EndRecords& end) const 
 }
 
 ZipEntry Parser::ReadCentralRecord(uint64_t pos, uint64_t cd_end, uint64_t* next) const {
-  if (!Within(pos, kCentralHeaderSize, cd_end) || Load32(data_ + pos) != kCentralHeaderSig)
+  if (!Within(pos, kCentralHeaderSize, cd_end) || Load32(At(pos, kCentralHeaderSize)) != kCentralHeaderSig)
     Fail(ErrorKind::kCorrupt, "no central directory record at byte " + std::to_string(pos));
-  const uint8_t* h = data_ + pos;
+  const uint8_t* h = At(pos, kCentralHeaderSize);  // the whole record, once checked to lie in the directory
   const uint64_t name_len = Load16(h + kCentralNameLen), extra_len = Load16(h + kCentralExtraLen);
   const uint64_t record_len = kCentralHeaderSize + name_len + extra_len + Load16(h + kCentralCommentLen);
   if (!Within(pos, record_len, cd_end))
     Fail(ErrorKind::kCorrupt, "central directory record at byte " + std::to_string(pos) +
                                   " runs past the end of the central directory");
   *next = pos + record_len;
+  h = At(pos, record_len);
 
   ZipEntry e;
   e.central_offset = pos;
@@ -256,13 +293,14 @@ void Parser::ReadLocalHeader(uint64_t cd_offset, ZipEntry* e) const {
     FailEntry(ErrorKind::kCorrupt, *e, "local header offset " + std::to_string(lho) +
                                            " is outside the payload area (central directory at byte " +
                                            std::to_string(cd_offset) + ")");
-  const uint8_t* h = data_ + lho;
+  const uint8_t* h = At(lho, kLocalHeaderSize);
   if (Load32(h) != kLocalHeaderSig)
     FailEntry(ErrorKind::kCorrupt, *e, "no local header signature at byte " + std::to_string(lho));
   const uint64_t name_len = Load16(h + kLocalNameLen), extra_len = Load16(h + kLocalExtraLen);
   const uint64_t header_len = kLocalHeaderSize + name_len + extra_len;
   if (!Within(lho, header_len, cd_offset))
     FailEntry(ErrorKind::kCorrupt, *e, "local header at byte " + std::to_string(lho) + " runs into the central directory");
+  h = At(lho, header_len);
   if (name_len != e->name.size() || std::memcmp(h + kLocalHeaderSize, e->name.data(), name_len) != 0)
     FailEntry(ErrorKind::kCorrupt, *e, "local header at byte " + std::to_string(lho) + " names '" +
                                            PrintableEntryName(std::string_view(reinterpret_cast<const char*>(h + kLocalHeaderSize), name_len)) +

@@ -338,19 +338,39 @@ Header ParseHeaderJson(std::span<const uint8_t> json, std::optional<uint64_t> da
   return h;
 }
 
-Header ParseFile(std::span<const uint8_t> file, const std::string& path) {
-  if (file.size() < 8)
-    throw Error(ErrorKind::kNotContainer, path + ": " + std::to_string(file.size()) +
+namespace {
+
+// The header length from a file's first 8 bytes (`head`, of a file of `file_bytes`), checked to
+// fit the file and safetensors' limit.
+uint64_t HeaderLength(std::span<const uint8_t> head, uint64_t file_bytes, const std::string& path) {
+  if (file_bytes < 8)
+    throw Error(ErrorKind::kNotContainer, path + ": " + std::to_string(file_bytes) +
                                               " bytes, too short to be a safetensors file (8-byte header length)");
   uint64_t n = 0;
-  for (int b = 7; b >= 0; --b) n = (n << 8) | file[b];
+  for (int b = 7; b >= 0; --b) n = (n << 8) | head[b];
   if (n > kMaxHeaderBytes)
     Throw(ErrorKind::kCorrupt, path, "length " + std::to_string(n) + " exceeds safetensors' limit of " +
                                          std::to_string(kMaxHeaderBytes) + " bytes");
-  if (n > file.size() - 8)
+  if (n > file_bytes - 8)
     Throw(ErrorKind::kCorrupt, path, "length " + std::to_string(n) + " runs past the end of the file (" +
-                                         std::to_string(file.size()) + " bytes)");
+                                         std::to_string(file_bytes) + " bytes)");
+  return n;
+}
+
+}  // namespace
+
+Header ParseFile(std::span<const uint8_t> file, const std::string& path) {
+  const uint64_t n = HeaderLength(file, file.size(), path);
   return ParseHeaderJson(file.subspan(8, n), file.size() - 8 - n, path);
+}
+
+Header ReadFileHeader(const MappedFile& file, std::vector<uint8_t>* json) {
+  uint8_t head[8] = {};
+  if (file.size() >= 8) file.ReadAt(0, 8, head);
+  const uint64_t n = HeaderLength(head, file.size(), file.path());
+  json->resize(n);
+  file.ReadAt(8, n, json->data());
+  return ParseHeaderJson(*json, file.size() - 8 - n, file.path());
 }
 
 bool LooksLikeSafetensors(std::span<const uint8_t> head, uint64_t file_bytes) {

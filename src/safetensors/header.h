@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mapped_file.h"
 #include "safetensors/dtypes.h"
 
 namespace zckpt::safetensors {
@@ -63,6 +64,12 @@ struct Header {
 // Parses and checks the header of a whole safetensors file held in `file`. `path` names the
 // file in messages.
 Header ParseFile(std::span<const uint8_t> file, const std::string& path);
+
+// ParseFile of the safetensors file `file`, whose length field and JSON header are first copied
+// into private memory (MappedFile::ReadAt; the JSON kept in *json for the caller's use): a file
+// truncated while it is parsed is Error(kIo) naming it, never a SIGBUS from the mapping, and the
+// header checked is the header used.
+Header ReadFileHeader(const MappedFile& file, std::vector<uint8_t>* json);
 
 // Parses and checks the JSON header alone (the N bytes after the length), for a byte buffer of
 // `data_bytes` bytes (nullopt: whatever size the tensors cover from 0 without gap or overlap).
