@@ -16,8 +16,8 @@
 // Two writers of one destination: each one's result is whole, and the last rename wins (rename(2)
 // has no "only if unchanged"). A writer that finds at its commit that the destination is no longer
 // the file it saw when it began -- another writer committed while this one wrote, so this commit
-// overwrites a checkpoint nobody has seen this writer read -- still commits (last rename wins),
-// and says so: Commit() returns the note, and the commit-note handler gets it (default: a
+// replaces a checkpoint that writer has just reported as written -- still commits (last rename
+// wins), and says so: Commit() returns the note, and the commit-note handler gets it (default: a
 // "zckpt: warning: ..." line on stderr, which the CLI and Python callers see). The writer that
 // renamed first reported success for a file that was whole and in place when it did; that a later
 // rename replaced it is the rule, said by the later writer.
