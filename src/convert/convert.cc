@@ -126,7 +126,7 @@ class Converter {
   void ConvertLegacy(const MappedFile& file) {
     stats_.source_format = "legacy";
     std::span<const uint8_t> bytes(file.data(), file.size());
-    pickle::LegacyLayout layout = pickle::ParseLegacy(bytes, PickleOptions());
+    pickle::LegacyLayout layout = pickle::ReadLegacy(file, PickleOptions());  // private reads: no SIGBUS
     BeginProgress(layout.model.storages);
     // Data-section order, so export rebuilds the file byte for byte.
     for (const pickle::LegacyStorage& s : layout.storages) {

@@ -113,32 +113,82 @@ LegacyLayout ParseLegacyHeader(std::span<const uint8_t> file, const UnpickleOpti
   return layout;
 }
 
-LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options) {
-  LegacyLayout layout = ParseLegacyHeader(file, options);
-  const uint64_t pos = layout.header_end;
-  ByteReader data(file.subspan(pos));
+namespace {
+
+// The data section after the header: each storage's 8-byte element count, then its bytes, in
+// key-list order. `read_count(offset)` reads the count at a file offset (8 bytes there exist).
+template <typename ReadCount>
+void LocateStorages(LegacyLayout& layout, uint64_t file_size, ReadCount&& read_count) {
+  uint64_t pos = layout.header_end;
   for (const TorchStorage& s : layout.model.storages) {
     LegacyStorage ls;
     ls.key = s.key;
     ls.storage_type = s.storage_type;
     ls.dtype = s.dtype;
     ls.location = s.location;
-    ls.count_offset = pos + data.pos();
-    auto count = data.LittleEndian(8);
-    if (!count) Corrupt("file ends inside the element count of storage '" + s.key + "' at offset " + std::to_string(ls.count_offset));
-    if (static_cast<int64_t>(*count) < 0) Corrupt("negative element count for storage '" + s.key + "'");
-    if (*count != s.numel)
-      Corrupt("storage '" + s.key + "' has " + std::to_string(*count) + " elements in the data section but " +
+    ls.count_offset = pos;
+    if (file_size - pos < 8) Corrupt("file ends inside the element count of storage '" + s.key + "' at offset " + std::to_string(ls.count_offset));
+    const uint64_t count = read_count(pos);
+    if (static_cast<int64_t>(count) < 0) Corrupt("negative element count for storage '" + s.key + "'");
+    if (count != s.numel)
+      Corrupt("storage '" + s.key + "' has " + std::to_string(count) + " elements in the data section but " +
               std::to_string(s.numel) + " in the object pickle");
-    ls.numel = *count;
+    ls.numel = count;
     ls.nbytes = s.nbytes;
-    ls.data_offset = pos + data.pos();
-    if (!data.Take(ls.nbytes))
+    ls.data_offset = pos + 8;
+    if (ls.nbytes > file_size - ls.data_offset)
       Corrupt("storage '" + s.key + "' needs " + std::to_string(ls.nbytes) + " bytes at offset " +
-              std::to_string(ls.data_offset) + " but the file has " + std::to_string(file.size() - ls.data_offset));
+              std::to_string(ls.data_offset) + " but the file has " + std::to_string(file_size - ls.data_offset));
+    pos = ls.data_offset + ls.nbytes;
     layout.storages.push_back(std::move(ls));
   }
-  layout.data_end = pos + data.pos();
+  layout.data_end = pos;
+}
+
+uint64_t LittleEndian64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int b = 7; b >= 0; --b) v = (v << 8) | p[b];
+  return v;
+}
+
+// How much of a legacy file's front ReadLegacy copies at most to find its header pickles.
+constexpr uint64_t kMaxLegacyHeaderBytes = uint64_t{1} << 30;
+
+}  // namespace
+
+LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options) {
+  LegacyLayout layout = ParseLegacyHeader(file, options);
+  LocateStorages(layout, file.size(), [&](uint64_t offset) { return LittleEndian64(file.data() + offset); });
+  return layout;
+}
+
+LegacyLayout ReadLegacy(const MappedFile& file, const UnpickleOptions& options) {
+  // The header's length is known only once its pickles are parsed: parse a private copy of the
+  // file's front, four times longer each time the pickles do not fit (a short header costs one
+  // read of 1 MiB).
+  const uint64_t limit = std::min<uint64_t>(file.size(), kMaxLegacyHeaderBytes);
+  std::vector<uint8_t> front;
+  LegacyLayout layout;
+  for (uint64_t n = std::min<uint64_t>(limit, uint64_t{1} << 20);; n = std::min(limit, n * 4)) {
+    front.resize(n);
+    file.ReadAt(0, n, front.data());
+    try {
+      layout = ParseLegacyHeader(front, options);
+      break;
+    } catch (const Error& e) {
+      // Pickles cut off by the copy's end read as malformed; any other refusal is final.
+      if (e.kind() != ErrorKind::kCorrupt) throw;
+      if (n == limit && limit < file.size())
+        throw Error(e.kind(), std::string(e.what()) + " (zckpt reads at most the first " +
+                                  std::to_string(kMaxLegacyHeaderBytes) + " bytes for a legacy file's pickles)");
+      if (n == limit) throw;
+    }
+  }
+  LocateStorages(layout, file.size(), [&](uint64_t offset) {
+    uint8_t bytes[8];
+    file.ReadAt(offset, 8, bytes);
+    return LittleEndian64(bytes);
+  });
   return layout;
 }
 

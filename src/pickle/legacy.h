@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mapped_file.h"
 #include "pickle/torch_model.h"
 #include "pickle/unpickler.h"
 
@@ -50,6 +51,11 @@ bool IsLegacyTorchFile(std::span<const uint8_t> file);
 // big-endian writer, kCorrupt for anything malformed (messages give the file offset), kUnsafe
 // for a refused global (every pickle of the file is read under `options`).
 LegacyLayout ParseLegacy(std::span<const uint8_t> file, const UnpickleOptions& options = {});
+
+// ParseLegacy of the file `file`, read into private memory (MappedFile::ReadAt) rather than from
+// its mapping: its front until the header pickles parse (at most 1 GiB), then each storage's
+// element count. A file truncated while it is parsed is Error(kIo) naming it, never SIGBUS.
+LegacyLayout ReadLegacy(const MappedFile& file, const UnpickleOptions& options = {});
 
 // The five pickles only (what precedes the data section): `storages` stays empty and `data_end`
 // 0, `model.storages` is in key-list order. For a header kept apart from its data (export).

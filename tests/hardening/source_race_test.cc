@@ -24,6 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "merge/assemble.h"
+#include "pickle/legacy.h"
 #include "pt/zip_reader.h"
 #include "pt/zip_writer.h"
 #include "safetensors/header.h"
@@ -101,6 +102,33 @@ TEST(SourceRace, HeadersOfASourceTruncatedBeforeTheirParseAreIoErrorsNotSigbus) 
       }
       WriteSafetensors(st, 3, 1 << 20);
     }
+  }
+}
+
+TEST(SourceRace, ALegacyFileTruncatedBeforeItsParseIsAnIoErrorNotSigbus) {
+  if (!testing::PythonHasTorch()) GTEST_SKIP() << "no torch to write a legacy .pt";
+  TempDir dir;
+  const std::string path = dir.File("legacy.pt");
+  std::string out;
+  ASSERT_EQ(testing::RunPython("tests/hardening/make_pt.py", {path, "3", "1", "--legacy"}, &out), 0) << out;
+  const std::vector<uint8_t> original = testing::ReadFileBytes(path);
+  {
+    MappedFile file(path);
+    EXPECT_GT(pickle::ReadLegacy(file).storages.size(), 0u);  // intact: parses
+  }
+  for (uint64_t keep : {uint64_t{0}, uint64_t{100}, uint64_t{1} << 20}) {
+    SCOPED_TRACE("truncated to " + std::to_string(keep) + " bytes after the open");
+    {
+      MappedFile file(path);
+      ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(keep)), 0);
+      try {
+        (void)pickle::ReadLegacy(file);
+        ADD_FAILURE() << "parsed a truncated legacy file";
+      } catch (const Error& e) {
+        ExpectShrankError(e, path);
+      }
+    }
+    testing::WriteFileBytes(path, original);
   }
 }
 
