@@ -168,12 +168,21 @@ def _left(folder, keep):
     return out
 
 
-@pytest.mark.parametrize("kind", ["merge", "reshard"])
-def test_merge_and_reshard_killed_at_random_moments_leave_nothing(tmp_path, kind):
-    """The same for `zckpt merge` (a DCP folder to one container) and `python -m zckpt reshard`
+DCP_SAVER = textwrap.dedent("""
+    import sys, torch, torch.distributed.checkpoint as dcp
+    from zckpt.dcp import ZckptStorageWriter
+    g = torch.Generator().manual_seed(2)
+    dcp.save({"model": {"w": torch.randn(%d, generator=g)}}, storage_writer=ZckptStorageWriter(sys.argv[1]))
+""" % (MB * 2**20 // 4))
+
+
+@pytest.mark.parametrize("kind", ["merge", "reshard", "dcp"])
+def test_merge_reshard_and_dcp_killed_at_random_moments_leave_nothing(tmp_path, kind):
+    """The same for `zckpt merge` (a DCP folder to one container), `python -m zckpt reshard`
     (whose merged container and new ranks' .pt files live in a work folder inside the output
-    folder, named with its pid and locked: the next reshard removes a killed one's)."""
-    rng = random.Random(23 if kind == "merge" else 24)
+    folder, named with its pid and locked: the next reshard removes a killed one's) and a DCP
+    save through ZckptStorageWriter (one process, killed anywhere in its run)."""
+    rng = random.Random({"merge": 23, "reshard": 24, "dcp": 25}[kind])
     kills = 6
     src, out = tmp_path / "src", tmp_path / "out"
     out.mkdir()
@@ -183,6 +192,8 @@ def test_merge_and_reshard_killed_at_random_moments_leave_nothing(tmp_path, kind
         from zckpt.dcp import ZckptStorageWriter
         dcp.save({"model": _state(2)}, storage_writer=ZckptStorageWriter(str(src)))
         cmd = [_zckpt_bin(), "merge", str(src), "-o", str(out / "model.zckpt"), "--force"]
+    elif kind == "dcp":
+        cmd = [sys.executable, "-c", DCP_SAVER, str(out / "step")]
     else:
         src.mkdir()
         for r in range(2):
@@ -220,7 +231,6 @@ def test_merge_and_reshard_killed_at_random_moments_leave_nothing(tmp_path, kind
 def test_reshard_removes_a_dead_reshards_work_folder_and_keeps_a_live_ones(tmp_path):
     import fcntl
 
-    from zckpt import reshard
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     out.mkdir()
@@ -237,7 +247,10 @@ def test_reshard_removes_a_dead_reshards_work_folder_and_keeps_a_live_ones(tmp_p
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.utime(live, (time.time() - 3600, time.time() - 3600))  # old, but locked
-        reshard.reshard(str(src), 2, str(out), overwrite=True, fmt="zckpt", log=lambda *a: None)
+        # In a process of its own, as `zckpt reshard` runs it (it needs no process group of this one's).
+        r = subprocess.run([sys.executable, "-m", "zckpt", "reshard", str(src), "--world-size", "2", "-o", str(out),
+                            "--force"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
         assert not stale.exists(), "a dead reshard's work folder survived the next reshard"
         assert live.exists(), "a live reshard's work folder was removed"
     finally:
