@@ -97,15 +97,17 @@ def test_merge_onto_a_full_disk(tmp_path, small_fs):
 
 
 def test_reshard_onto_a_full_disk(tmp_path, small_fs):
-    # verl per-rank files without sharded tensors: reshard copies rank r % 2 to each new rank,
-    # after reading rank 0's file as the template (converted inside its work folder, in `out`).
+    # verl per-rank files without sharded tensors (extra_state: per-rank state; a model family of
+    # plain tensors is refused as an unreshardable world-size-1 FSDP1 save): reshard re-saves rank
+    # r % 2 as each new rank, after reading rank 0's file as the template (converted inside its
+    # work folder, in `out`).
     ck = tmp_path / "ck"
     ck.mkdir()
     for r in range(2):
-        torch.save(_big(mb=2, step=r), ck / f"model_world_size_2_rank_{r}.pt")
+        torch.save(_big(mb=2, step=r), ck / f"extra_state_world_size_2_rank_{r}.pt")
     out = small_fs / "out"
     out.mkdir()
-    (out / "model_world_size_4_rank_0.pt").write_bytes(b"old")
+    (out / "extra_state_world_size_4_rank_0.pt").write_bytes(b"old")
     before = _snapshot(small_fs)
     r = subprocess.run([sys.executable, "-m", "zckpt", "reshard", str(ck), "--world-size", "4", "-o", str(out),
                         "--format", "pt", "--force"], capture_output=True, text=True)

@@ -255,5 +255,5 @@ def test_reshard_removes_a_dead_reshards_work_folder_and_keeps_a_live_ones(tmp_p
         assert live.exists(), "a live reshard's work folder was removed"
     finally:
         os.close(fd)
-    assert sorted(os.listdir(out)) == sorted([live.name, "model_world_size_2_rank_0.pt",
-                                              "model_world_size_2_rank_1.pt"])
+    assert sorted(os.listdir(out)) == sorted([live.name, "model_world_size_2_rank_0.zckpt",
+                                              "model_world_size_2_rank_1.zckpt"])

@@ -333,12 +333,27 @@ def _write_rank(state, tmp, out, family, world_size, rank, fmt):
     """torch.save of one new rank's state, kept as .pt or converted to .zckpt."""
     name = f"{family}_world_size_{world_size}_rank_{rank}"
     pt = os.path.join(tmp, name + ".pt")
-    torch.save(state, pt)
+    _torch_save(state, pt)
     if fmt == "pt":
         _replace_regular(pt, os.path.join(out, name + ".pt"))
     else:
         _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
         os.unlink(pt)
+
+
+def _torch_save(state, path):
+    """torch.save to `path` through a file of ours: a write that fails (a full disk) is an OSError
+    naming the path and the cause, where torch's own file writer says only 'iostream error'."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(state, f)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+    except RuntimeError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError):
+            raise OSError(cause.errno, cause.strerror, path) from None
+        raise
 
 
 WORKDIR_PREFIX = ".zckpt-reshard-"
