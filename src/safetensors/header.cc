@@ -296,7 +296,10 @@ Header ParseHeaderJson(std::span<const uint8_t> json, std::optional<uint64_t> da
                                          std::to_string(8 + *bad) + ")");
   // JSON text never holds a raw NUL (a string must escape it), and nlohmann's lexer would take
   // one for the end of the input, leaving the bytes after it unread.
-  if (const uint8_t* nul = static_cast<const uint8_t*>(std::memchr(json.data(), 0, json.size())))
+  // (An empty header is the private copy of nothing: its data() may be null, which memchr must
+  // not see; it is refused below.)
+  const uint8_t* nul = json.empty() ? nullptr : static_cast<const uint8_t*>(std::memchr(json.data(), 0, json.size()));
+  if (nul != nullptr)
     Throw(ErrorKind::kCorrupt, path, "not valid JSON: a NUL byte (byte " + std::to_string(nul - json.data()) +
                                          " of the header, file byte " + std::to_string(8 + (nul - json.data())) + ")");
   if (json.empty() || json[0] != '{')
