@@ -7,11 +7,11 @@
 #include <string>
 
 #include "common/mapped_file.h"
-#include "convert/file_names.h"
-#include "convert/object_pickle.h"
-#include "convert/source_kind.h"
-#include "convert/source_records.h"
-#include "convert/zip_container.h"
+#include "checkpoint/file_names.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_kind.h"
+#include "checkpoint/source_records.h"
+#include "checkpoint/zip_container.h"
 #include "pickle/legacy.h"
 #include "pickle/torch_model.h"
 #include "pickle/torch_save_pickle.h"
@@ -32,7 +32,7 @@ namespace {
 // cancellation are responsive on a multi-GiB tensor and memory stays one piece.
 constexpr uint64_t kPieceBytes = 16ull << 20;
 
-using convert::BaseName;
+using checkpoint::BaseName;
 
 class Converter {
  public:
@@ -40,37 +40,37 @@ class Converter {
       : source_(source), options_(options), writer_(destination, options.writer) {}
 
   ConvertStats Run(const std::shared_ptr<const MappedFile>& file) {
-    using convert::WhyNotConverted;
+    using checkpoint::WhyNotConverted;
     stats_.source_bytes = file->size();
-    switch (convert::SourceKind kind = convert::DetectSource(file)) {
-      case convert::SourceKind::kTorchZip: ConvertZip(file); break;
-      case convert::SourceKind::kTorchLegacy: ConvertLegacy(*file); break;
-      case convert::SourceKind::kSafetensors: ConvertSafetensors(*file); break;
-      case convert::SourceKind::kUnknown:
+    switch (checkpoint::SourceKind kind = checkpoint::DetectSource(file)) {
+      case checkpoint::SourceKind::kTorchZip: ConvertZip(file); break;
+      case checkpoint::SourceKind::kTorchLegacy: ConvertLegacy(*file); break;
+      case checkpoint::SourceKind::kSafetensors: ConvertSafetensors(*file); break;
+      case checkpoint::SourceKind::kUnknown:
         throw Error(ErrorKind::kNotContainer, WhyNotConverted(kind, source_) +
                                                   " (neither a zip archive, the legacy torch format nor a safetensors header)");
-      case convert::SourceKind::kZckpt:
+      case checkpoint::SourceKind::kZckpt:
         throw Error(ErrorKind::kNotContainer, WhyNotConverted(kind, source_));
       default:  // another checkpoint format: say which
         throw Error(ErrorKind::kUnsupported, WhyNotConverted(kind, source_));
     }
-    writer_.SetMetadata(std::string(convert::kKeyName), BaseName(source_));
-    writer_.SetMetadata(std::string(convert::kKeyBytes), std::to_string(file->size()));
+    writer_.SetMetadata(std::string(checkpoint::kKeyName), BaseName(source_));
+    writer_.SetMetadata(std::string(checkpoint::kKeyBytes), std::to_string(file->size()));
     stats_.written = writer_.Commit();
     return stats_;
   }
 
  private:
-  // The archive's side of convert::ZipParts: records read privately (the object pickle kept is
+  // The archive's side of checkpoint::ZipParts: records read privately (the object pickle kept is
   // the copy that was interpreted, not a second read of the file), storages checked against the
   // pickle's claim and streamed in pieces.
-  class ArchiveParts final : public convert::ZipParts {
+  class ArchiveParts final : public checkpoint::ZipParts {
    public:
     ArchiveParts(Converter& c, const pt::TorchArchive& archive, const MappedFile& file,
                  const std::vector<uint8_t>& object_pickle)
         : c_(c), archive_(archive), file_(file), object_pickle_(object_pickle) {}
     std::span<const uint8_t> Record(const std::string& name) override {
-      if (name == convert::kObjectPickleBlob) return object_pickle_;
+      if (name == checkpoint::kObjectPickleBlob) return object_pickle_;
       last_ = archive_.RecordCopy(name);
       return last_;
     }
@@ -82,7 +82,7 @@ class Converter {
                                              std::to_string(s.numel) + " x " + std::string(DTypeName(s.dtype)) + ")");
       }
       (void)writer;  // the converter's own writer
-      c_.AddStorage(convert::StorageRecordOf(s), bytes, file_);
+      c_.AddStorage(checkpoint::StorageRecordOf(s), bytes, file_);
     }
 
    private:
@@ -97,13 +97,13 @@ class Converter {
     stats_.source_format = "zip";
     pt::TorchArchive archive(file);
     CheckArchiveNames(archive);
-    const std::vector<uint8_t> object_pickle = archive.RecordCopy(convert::kObjectPickleBlob);
+    const std::vector<uint8_t> object_pickle = archive.RecordCopy(checkpoint::kObjectPickleBlob);
     pickle::UnpickleResult tree = pickle::Unpickle(object_pickle, PickleOptions());
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     BeginProgress(model.storages);
     ArchiveParts parts(*this, archive, *file, object_pickle);
-    convert::ZipCounts counts =
-        convert::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts,
+    checkpoint::ZipCounts counts =
+        checkpoint::WriteZipContainer(writer_, model, archive.RecordNames(), archive.prefix(), parts,
                                    ErrorKind::kCorrupt);  // the file's pickle names a record it lacks
     stats_.tensors = counts.tensors;  // storages are counted by AddStorage
   }
@@ -111,15 +111,15 @@ class Converter {
   // What export will write back must be an archive torch.load reads and that unpacks where it
   // should: refused here, rather than kept and refused at export.
   static void CheckArchiveNames(const pt::TorchArchive& archive) {
-    if (!convert::IsPlainArchivePath(archive.prefix()))
+    if (!checkpoint::IsPlainArchivePath(archive.prefix()))
       throw Error(ErrorKind::kCorrupt, "the archive folder '" + archive.prefix() +
                                            "' is no plain folder name ('.', '..', a backslash or a NUL)");
     std::vector<std::string> names = archive.RecordNames();
     for (const std::string& name : names)
-      if (!convert::IsPlainArchivePath(name))
+      if (!checkpoint::IsPlainArchivePath(name))
         throw Error(ErrorKind::kCorrupt, "record '" + archive.prefix() + "/" + name +
                                              "' is no plain relative path ('..', '.', an empty part, a backslash or a NUL)");
-    if (!convert::HasVersionRecord(names))
+    if (!checkpoint::HasVersionRecord(names))
       throw Error(ErrorKind::kCorrupt, "no version record (torch.load refuses such an archive)");
   }
 
@@ -132,13 +132,13 @@ class Converter {
     for (const pickle::LegacyStorage& s : layout.storages) {
       AddStorage(NewStorage{s.key, s.location, s.dtype, /*untyped=*/false}, bytes.subspan(s.data_offset, s.nbytes), file);
     }
-    stats_.tensors = convert::AddTensorRecords(writer_, layout.model);
-    writer_.AddBlob(std::string(convert::kLegacyHeaderBlob), file.CopyView(bytes.subspan(0, layout.header_end)));
-    writer_.AddBlob(std::string(convert::kObjectPickleBlob),
+    stats_.tensors = checkpoint::AddTensorRecords(writer_, layout.model);
+    writer_.AddBlob(std::string(checkpoint::kLegacyHeaderBlob), file.CopyView(bytes.subspan(0, layout.header_end)));
+    writer_.AddBlob(std::string(checkpoint::kObjectPickleBlob),
                     file.CopyView(bytes.subspan(layout.object_pickle_offset, layout.object_pickle_size)));
     if (layout.data_end < bytes.size())
-      writer_.AddBlob(std::string(convert::kLegacyTrailerBlob), file.CopyView(bytes.subspan(layout.data_end)));
-    writer_.SetMetadata(std::string(convert::kKeyFormat), "legacy");
+      writer_.AddBlob(std::string(checkpoint::kLegacyTrailerBlob), file.CopyView(bytes.subspan(layout.data_end)));
+    writer_.SetMetadata(std::string(checkpoint::kKeyFormat), "legacy");
   }
 
   // safetensors: one storage per tensor, in byte-buffer order (the source is read front to
@@ -168,14 +168,14 @@ class Converter {
       const safetensors::TensorEntry& t = header.tensors[i];
       if (s.key != dict[i].storage_key || s.nbytes != t.bytes())  // the pickle writer's own promise
         throw Error(ErrorKind::kCorrupt, "safetensors: tensor '" + t.name + "' does not match its storage");
-      AddStorage(convert::StorageRecordOf(s), bytes.subspan(header.data_offset + t.begin, t.bytes()), file);
+      AddStorage(checkpoint::StorageRecordOf(s), bytes.subspan(header.data_offset + t.begin, t.bytes()), file);
     }
-    stats_.tensors = convert::AddTensorRecords(writer_, model);
-    writer_.AddBlob(std::string(convert::kObjectPickleBlob), pkl_bytes);
-    writer_.AddBlob(std::string(convert::kSafetensorsHeaderBlob), json);
-    writer_.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
+    stats_.tensors = checkpoint::AddTensorRecords(writer_, model);
+    writer_.AddBlob(std::string(checkpoint::kObjectPickleBlob), pkl_bytes);
+    writer_.AddBlob(std::string(checkpoint::kSafetensorsHeaderBlob), json);
+    writer_.SetMetadata(std::string(checkpoint::kKeyFormat), "safetensors");
     if (header.has_metadata)
-      writer_.SetMetadata(std::string(convert::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));
+      writer_.SetMetadata(std::string(checkpoint::kKeySafetensorsMetadata), safetensors::FormatMetadataJson(header.metadata));
   }
 
   // The allowlist plus what the caller allows: the pickle is kept for zckpt.load and export.
@@ -237,7 +237,7 @@ ConvertStats ConvertFile(const std::string& source, const std::string& destinati
 }
 
 bool IsCheckpointName(const std::string& name) {
-  std::string lower = convert::AsciiLower(name);
+  std::string lower = checkpoint::AsciiLower(name);
   for (const char* ext : {".pt", ".pth", ".bin", ".safetensors"}) {
     std::string e(ext);
     if (lower.size() > e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;

@@ -11,9 +11,9 @@
 
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
-#include "convert/dcp_layout.h"
-#include "convert/source_kind.h"
-#include "convert/storage_stream.h"
+#include "checkpoint/dcp_layout.h"
+#include "checkpoint/source_kind.h"
+#include "checkpoint/storage_stream.h"
 #include "zckpt/container.h"
 #include "zckpt/container_writer.h"
 #include "zckpt/dcp.h"
@@ -115,14 +115,14 @@ class DistcpConverter {
         nt.stride = t.view.stride;
         if (t.view.storage_offset < 0) throw Error(ErrorKind::kCorrupt, range + ": negative storage offset");
         nt.storage_offset = static_cast<uint64_t>(t.view.storage_offset);
-        nt.flags = convert::IndexFlags(t.view);
+        nt.flags = checkpoint::IndexFlags(t.view);
         nt.extra = dcp::PieceExtra(e->fqn, item->size, chunk->offsets, chunk->sizes);
         w.AddTensor(nt);
         ++stats_.tensors;
       } else {
         // One private read: the bytes kept are the bytes vetted.
         std::vector<uint8_t> bytes = file->CopyView({file->data() + e->file_offset, e->length});
-        convert::PickleReadOptions read;  // DCP's planner will unpickle it: the allowlist
+        checkpoint::PickleReadOptions read;  // DCP's planner will unpickle it: the allowlist
         read.allow_globals = options_.allow_globals;
         dcp::VetTorchSaveBytes(bytes, range + " (the item '" + e->fqn + "')", read);
         w.AddBlob(std::string(dcp::kBytesAtBlob) + at, bytes);
@@ -228,7 +228,7 @@ ExportPlan PlanExport(const std::string& source, const std::vector<std::string>*
       throw Error(ErrorKind::kCorrupt, c->path() + ": metadata '" + std::string(dcp::kKeySourceName) + "' = '" + out +
                                            "' is not a file name of its own");
     if (allow_globals) {
-      convert::PickleReadOptions read;
+      checkpoint::PickleReadOptions read;
       read.allow_globals = *allow_globals;
       for (uint32_t b = 0; b < c->blob_count(); ++b) {
         std::string blob(c->blob(b).name);
@@ -249,7 +249,7 @@ void CreateFolder(const std::string& dir) {
 
 }  // namespace
 
-bool IsDcpFolder(const std::string& dir) { return convert::IsDcpFolder(dir); }
+bool IsDcpFolder(const std::string& dir) { return checkpoint::IsDcpFolder(dir); }
 
 std::vector<std::string> DcpConvertOutputs(const std::string& source, const std::string& destination) {
   pickle::DcpMetadata md = dcp::ReadFolderMetadata(source);
@@ -314,7 +314,7 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
     std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
     const std::string out = destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName));
     AtomicFile f(out);
-    auto blob = [&](const std::string& name) { return convert::CheckedBlob(*c, name, "the converted .distcp layout"); };
+    auto blob = [&](const std::string& name) { return checkpoint::CheckedBlob(*c, name, "the converted .distcp layout"); };
     for (const Part& p : parts) {
       if (p.offset != f.position())
         throw Error(ErrorKind::kCorrupt, c->path() + ": the pieces do not tile the original file: one starts at byte " +
@@ -327,7 +327,7 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
       std::string at = std::to_string(p.offset);
       auto head = blob(std::string(dcp::kHeadBlob) + at);
       f.Write(head.data(), head.size());
-      convert::StreamStorage(*c, *p.storage, [&](std::span<const uint8_t> piece) { f.Write(piece.data(), piece.size()); });
+      checkpoint::StreamStorage(*c, *p.storage, [&](std::span<const uint8_t> piece) { f.Write(piece.data(), piece.size()); });
       auto tail = blob(std::string(dcp::kTailBlob) + at);
       f.Write(tail.data(), tail.size());
     }
@@ -374,7 +374,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
         std::shared_ptr<const MappedFile> slice_file;
         if (!s->file_slice) {
           const Container& c = open(dir + "/" + s->relative_path);
-          checked = convert::CheckedBlob(c, s->name, "the folder's .metadata");
+          checked = checkpoint::CheckedBlob(c, s->name, "the folder's .metadata");
           bytes = checked;
           where = c.path() + " blob '" + s->name + "'";
         } else {
@@ -382,7 +382,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
           if (!converted.empty()) {
             const Container& c = open(converted);
             std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
-            checked = convert::CheckedBlob(c, name, "the folder's .metadata");
+            checked = checkpoint::CheckedBlob(c, name, "the folder's .metadata");
             bytes = checked;
             where = c.path() + " blob '" + name + "'";
           } else {
@@ -397,7 +397,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
             report.distcp_pieces++;
           }
         }
-        dcp::VetTorchSaveBytes(bytes, where, convert::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
+        dcp::VetTorchSaveBytes(bytes, where, checkpoint::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
       });
       report.bytes_items++;
       continue;

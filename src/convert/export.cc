@@ -10,9 +10,9 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "convert/export_safetensors.h"
-#include "convert/object_pickle.h"
-#include "convert/source_records.h"
-#include "convert/storage_stream.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_records.h"
+#include "checkpoint/storage_stream.h"
 #include "pickle/legacy.h"
 #include "pt/zip_writer.h"
 #include "zckpt/container.h"
@@ -23,8 +23,8 @@ namespace zckpt {
 
 namespace {
 
-using convert::CheckedBlob;
-using convert::StreamStorage;
+using checkpoint::CheckedBlob;
+using checkpoint::StreamStorage;
 
 [[noreturn]] void Refuse(const Container& c, const std::string& what) {
   throw Error(ErrorKind::kCorrupt, c.path() + ": corrupt: " + what);
@@ -39,14 +39,14 @@ const std::vector<std::pair<std::string, std::string>>& TorchSaveRecords() {
 }
 
 void ExportZip(const Container& c, const std::string& destination, const ExportOptions& options) {
-  auto prefix_meta = c.FindMetadata(convert::kKeyPrefix);
-  auto records = c.FindMetadata(convert::kKeyRecords);
-  const std::string named_by = "metadata '" + std::string(convert::kKeyRecords) + "'";
-  if (!records && !c.FindBlob(convert::kObjectPickleBlob))
+  auto prefix_meta = c.FindMetadata(checkpoint::kKeyPrefix);
+  auto records = c.FindMetadata(checkpoint::kKeyRecords);
+  const std::string named_by = "metadata '" + std::string(checkpoint::kKeyRecords) + "'";
+  if (!records && !c.FindBlob(checkpoint::kObjectPickleBlob))
     throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to export");
   const std::string prefix = prefix_meta ? std::string(*prefix_meta) : std::string("archive");
-  if (!convert::IsPlainArchivePath(prefix) || prefix.find('/') != std::string::npos)
-    Refuse(c, "metadata '" + std::string(convert::kKeyPrefix) + "' names the archive folder '" + prefix +
+  if (!checkpoint::IsPlainArchivePath(prefix) || prefix.find('/') != std::string::npos)
+    Refuse(c, "metadata '" + std::string(checkpoint::kKeyPrefix) + "' names the archive folder '" + prefix +
                   "', which is no plain folder name (absolute, '..', '.', a '/', a backslash or a NUL)");
 
   // What to write, in order: a record streamed from a storage, a blob, or (for a container that
@@ -54,15 +54,15 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
   std::vector<std::string> names;
   std::map<std::string, std::string> synthesized;
   if (records) {
-    names = convert::SplitRecords(*records);
+    names = checkpoint::SplitRecords(*records);
   } else {
-    names.emplace_back(convert::kObjectPickleBlob);
+    names.emplace_back(checkpoint::kObjectPickleBlob);
     for (size_t i = 0; i + 1 < TorchSaveRecords().size(); ++i) {
       names.push_back(TorchSaveRecords()[i].first);
       synthesized.insert(TorchSaveRecords()[i]);
     }
     for (uint32_t s = 0; s < c.storage_count(); ++s)
-      names.push_back(std::string(convert::kStorageRecordPrefix) + std::string(c.storage(s).key));
+      names.push_back(std::string(checkpoint::kStorageRecordPrefix) + std::string(c.storage(s).key));
     names.push_back(TorchSaveRecords().back().first);
     synthesized.insert(TorchSaveRecords().back());
   }
@@ -73,27 +73,27 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
   bool has_pickle = false;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
-    if (!convert::IsPlainArchivePath(name))
+    if (!checkpoint::IsPlainArchivePath(name))
       Refuse(c, named_by + " names the record '" + name +
                     "', which is no plain relative path (absolute, '..', '.', an empty part, a backslash or a NUL)");
     if (name == "constants.pkl")
       Refuse(c, named_by + " names 'constants.pkl', which would make torch.load read the archive as TorchScript (torch.jit.load)");
-    has_pickle = has_pickle || name == convert::kObjectPickleBlob;
+    has_pickle = has_pickle || name == checkpoint::kObjectPickleBlob;
     if (synthesized.count(name)) continue;
-    if (name.rfind(convert::kStorageRecordPrefix, 0) == 0)
-      storage_of[i] = c.FindStorage(std::string_view(name).substr(convert::kStorageRecordPrefix.size()));
+    if (name.rfind(checkpoint::kStorageRecordPrefix, 0) == 0)
+      storage_of[i] = c.FindStorage(std::string_view(name).substr(checkpoint::kStorageRecordPrefix.size()));
     if (!storage_of[i] && !c.FindBlob(name)) (void)CheckedBlob(c, name, named_by);  // throws kCorrupt
   }
   if (!has_pickle) Refuse(c, named_by + " lacks 'data.pkl', without which torch.load refuses the archive");
-  if (!convert::HasVersionRecord(names)) Refuse(c, named_by + " lacks 'version', without which torch.load refuses the archive");
+  if (!checkpoint::HasVersionRecord(names)) Refuse(c, named_by + " lacks 'version', without which torch.load refuses the archive");
 
   // What torch.load will unpickle: vetted, and held against the index.
-  convert::PickleReadOptions read;
+  checkpoint::PickleReadOptions read;
   read.allow_globals = options.allow_globals;
-  auto pickle = convert::ReadObjectPickle(c, read);
+  auto pickle = checkpoint::ReadObjectPickle(c, read);
   std::set<std::string> exported(names.begin(), names.end());
   for (const pickle::TorchStorage& s : pickle->model.storages)
-    if (!exported.count(std::string(convert::kStorageRecordPrefix) + s.key))
+    if (!exported.count(std::string(checkpoint::kStorageRecordPrefix) + s.key))
       Refuse(c, named_by + " lacks 'data/" + s.key + "', a storage the object pickle names");
 
   pt::TorchZipWriter zip(destination, prefix);
@@ -104,7 +104,7 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
       zip.EndRecord();
     } else if (auto it = synthesized.find(names[i]); it != synthesized.end()) {
       zip.WriteRecord(names[i], std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size()));
-    } else if (names[i] == convert::kObjectPickleBlob) {
+    } else if (names[i] == checkpoint::kObjectPickleBlob) {
       zip.WriteRecord(names[i], pickle->bytes);  // the bytes vetted above, not a second read
     } else {
       zip.WriteRecord(names[i], CheckedBlob(c, names[i], named_by));
@@ -118,22 +118,22 @@ void ExportZip(const Container& c, const std::string& destination, const ExportO
 // against the index), and its key list must match the storages export writes after it, in
 // order and size.
 void VetLegacyHeader(const Container& c, std::span<const uint8_t> header, const ExportOptions& options) {
-  convert::PickleReadOptions read;
+  checkpoint::PickleReadOptions read;
   read.allow_globals = options.allow_globals;
-  auto pickle = convert::ReadObjectPickle(c, read);
-  if (!pickle) (void)CheckedBlob(c, convert::kObjectPickleBlob, "metadata '" + std::string(convert::kKeyFormat) + "' = legacy");
+  auto pickle = checkpoint::ReadObjectPickle(c, read);
+  if (!pickle) (void)CheckedBlob(c, checkpoint::kObjectPickleBlob, "metadata '" + std::string(checkpoint::kKeyFormat) + "' = legacy");
   pickle::LegacyLayout layout;
   try {
     layout = pickle::ParseLegacyHeader(header, read.Unpickle());
   } catch (const Error& e) {
-    throw Error(e.kind(), c.path() + ": blob '" + std::string(convert::kLegacyHeaderBlob) + "': " + e.what());
+    throw Error(e.kind(), c.path() + ": blob '" + std::string(checkpoint::kLegacyHeaderBlob) + "': " + e.what());
   }
-  const std::string blob = "blob '" + std::string(convert::kLegacyHeaderBlob) + "'";
+  const std::string blob = "blob '" + std::string(checkpoint::kLegacyHeaderBlob) + "'";
   if (layout.header_end != header.size())
     Refuse(c, blob + " holds " + std::to_string(header.size() - layout.header_end) + " bytes after its five pickles");
   std::span<const uint8_t> object = header.subspan(layout.object_pickle_offset, layout.object_pickle_size);
   if (!std::equal(object.begin(), object.end(), pickle->bytes.begin(), pickle->bytes.end()))
-    Refuse(c, blob + " holds another object pickle than blob '" + std::string(convert::kObjectPickleBlob) + "'");
+    Refuse(c, blob + " holds another object pickle than blob '" + std::string(checkpoint::kObjectPickleBlob) + "'");
   if (layout.model.storages.size() != c.storage_count())
     Refuse(c, blob + " lists " + std::to_string(layout.model.storages.size()) + " storages, the index " +
                   std::to_string(c.storage_count()));
@@ -147,8 +147,8 @@ void VetLegacyHeader(const Container& c, std::span<const uint8_t> header, const 
 }
 
 void ExportLegacy(const Container& c, const std::string& destination, const ExportOptions& options) {
-  const std::string legacy = "metadata '" + std::string(convert::kKeyFormat) + "' = legacy";
-  auto header = CheckedBlob(c, convert::kLegacyHeaderBlob, legacy);
+  const std::string legacy = "metadata '" + std::string(checkpoint::kKeyFormat) + "' = legacy";
+  auto header = CheckedBlob(c, checkpoint::kLegacyHeaderBlob, legacy);
   VetLegacyHeader(c, header, options);
   AtomicFile out(destination);
   out.Write(header.data(), header.size());
@@ -161,8 +161,8 @@ void ExportLegacy(const Container& c, const std::string& destination, const Expo
     out.Write(count, sizeof count);
     StreamStorage(c, s, [&](std::span<const uint8_t> piece) { out.Write(piece.data(), piece.size()); });
   }
-  if (c.FindBlob(convert::kLegacyTrailerBlob)) {
-    auto trailer = CheckedBlob(c, convert::kLegacyTrailerBlob, legacy);
+  if (c.FindBlob(checkpoint::kLegacyTrailerBlob)) {
+    auto trailer = CheckedBlob(c, checkpoint::kLegacyTrailerBlob, legacy);
     out.Write(trailer.data(), trailer.size());
   }
   out.Commit();
@@ -173,7 +173,7 @@ void ExportLegacy(const Container& c, const std::string& destination, const Expo
 void ExportFile(const std::string& source, const std::string& destination, const ExportOptions& options) {
   auto c = Container::Open(source);
   if (options.format == ExportFormat::kSafetensors) return convert::ExportSafetensors(*c, destination, options.allow_globals);
-  auto fmt = c->FindMetadata(convert::kKeyFormat);
+  auto fmt = c->FindMetadata(checkpoint::kKeyFormat);
   if (fmt && *fmt == "legacy") ExportLegacy(*c, destination, options);
   else ExportZip(*c, destination, options);
 }

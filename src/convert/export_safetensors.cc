@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/atomic_file.h"
-#include "convert/object_pickle.h"
-#include "convert/source_records.h"
-#include "convert/storage_stream.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_records.h"
+#include "checkpoint/storage_stream.h"
 #include "pickle/torch_model.h"
 #include "pickle/torch_save_pickle.h"
 #include "pickle/unpickler.h"
@@ -17,6 +17,14 @@
 #include "zckpt/error.h"
 
 namespace zckpt::convert {
+
+using checkpoint::CheckedBlob;
+using checkpoint::kKeyFormat;
+using checkpoint::kSafetensorsHeaderBlob;
+using checkpoint::ObjectPickle;
+using checkpoint::PickleReadOptions;
+using checkpoint::ReadObjectPickle;
+using checkpoint::StreamStorageRange;
 
 namespace {
 
@@ -55,7 +63,7 @@ bool IsContiguous(const TensorInfo& t) {
 }
 
 // The file the container came from: the kept header, and each of its tensors matched with the
-// container's storage of the same position (keys "0", "1", ... in byte-buffer order, spec §8),
+// container's storage of the same position (keys "0", "1", ... in byte-buffer order, format-spec/source-metadata.md),
 // which must hold exactly what the header describes, viewed by one tensor of that dtype and
 // shape. (Not by tensor name: names come from the pickle's paths, and a key such as "" is named
 // otherwise there.)

@@ -29,7 +29,7 @@ LoadResult LoadImpl(const Container& container, DeviceOf device_of, const LoadOp
   const Container* c = &container;
   for (uint32_t s = 0; s < c->storage_count(); ++s) CheckDevice(device_of(*c, s));
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);  // bad options fail before allocating
-  std::optional<convert::ObjectPickle> pickle;
+  std::optional<checkpoint::ObjectPickle> pickle;
   if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
     pickle = loader::VetObjectPickle(*c, options.allow_globals);  // before a byte of data is read

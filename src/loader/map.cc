@@ -57,7 +57,7 @@ at::Tensor MappedBytes(const std::shared_ptr<Mapping>& m, uint64_t offset, uint6
 MapResult MapImpl(const Container& container, bool views, const MapOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   const Container* c = &container;
-  std::optional<convert::ObjectPickle> pickle;
+  std::optional<checkpoint::ObjectPickle> pickle;
   if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));
     pickle = loader::VetObjectPickle(*c, options.allow_globals);

@@ -161,7 +161,7 @@ class TreeBuilder {
 
 }  // namespace
 
-c10::IValue BuildObjectTree(const Container& c, const TensorSet& set, const std::optional<convert::ObjectPickle>& pickle) {
+c10::IValue BuildObjectTree(const Container& c, const TensorSet& set, const std::optional<checkpoint::ObjectPickle>& pickle) {
   if (!pickle) {
     c10::impl::GenericDict flat(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, t] : set.tensors) flat.insert(name, t);

@@ -129,14 +129,14 @@ at::Tensor MakeView(const c10::Storage& storage, const TensorInfo& t, int64_t st
   return v;
 }
 
-std::optional<convert::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals) {
-  convert::PickleReadOptions read;
+std::optional<checkpoint::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals) {
+  checkpoint::PickleReadOptions read;
   read.allow_globals = allow_globals;
-  return convert::ReadObjectPickle(c, read);
+  return checkpoint::ReadObjectPickle(c, read);
 }
 
 void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
-                    const std::optional<convert::ObjectPickle>* tree) {
+                    const std::optional<checkpoint::ObjectPickle>* tree) {
   for (uint32_t s = 0; s < c.storage_count(); ++s) out->storages_by_key.emplace(std::string(c.storage(s).key), bytes[s]);
   if (!views) return;
   out->tensors.reserve(c.tensor_count());

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "convert/object_pickle.h"
+#include "checkpoint/object_pickle.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/loader.h"
@@ -54,21 +54,21 @@ auto WithTorchErrors(F&& f) -> decltype(f()) {
 }
 
 // The container's object pickle read under the allowlist plus `allow_globals` and checked against
-// the index (convert::ReadObjectPickle): what a load that gives tensors by name does before it
+// the index (checkpoint::ReadObjectPickle): what a load that gives tensors by name does before it
 // reads any data. Errors name the file.
-std::optional<convert::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals);
+std::optional<checkpoint::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals);
 
 // Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
 // `views`, out->tensors/meta/index_ with a view per tensor record and, with `tree` (the vetted
 // pickle, or nullopt for a container without one) out->tree (object_tree.h).
 void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
-                    const std::optional<convert::ObjectPickle>* tree = nullptr);
+                    const std::optional<checkpoint::ObjectPickle>* tree = nullptr);
 
 // The end Load and Map share: the tensor set over `bytes`, then the counts and the wall time
 // since `t0` into `stats` (LoadStats or MapStats).
 template <typename Stats>
 void FinishResult(const Container& c, const std::vector<at::Tensor>& bytes, bool views,
-                  const std::optional<convert::ObjectPickle>* tree, std::chrono::steady_clock::time_point t0,
+                  const std::optional<checkpoint::ObjectPickle>* tree, std::chrono::steady_clock::time_point t0,
                   TensorSet* out, Stats* stats) {
   WithTorchErrors([&] { BuildTensorSet(c, bytes, views, out, tree); });
   stats->storages = c.storage_count();

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/shape.h"
-#include "convert/storage_stream.h"
+#include "checkpoint/storage_stream.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 
@@ -153,7 +153,7 @@ void Assembler::Stream(const SavedView& v, uint64_t begin, uint64_t end, uint8_t
     if (end > v.container->storage(v.storage).raw_bytes)
       throw Error(ErrorKind::kCorrupt, v.what + ": its bytes end past its storage");
     uint64_t at = begin;  // the stream's pieces are consecutive
-    convert::StreamStorageRange(*v.container, v.storage, begin, end, [&](std::span<const uint8_t> piece) {
+    checkpoint::StreamStorageRange(*v.container, v.storage, begin, end, [&](std::span<const uint8_t> piece) {
       sink(at, piece);
       at += piece.size();
     });

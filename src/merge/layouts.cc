@@ -18,9 +18,9 @@
 #include <regex>
 
 #include "common/mapped_file.h"
-#include "convert/dcp_layout.h"
-#include "convert/object_pickle.h"
-#include "convert/source_kind.h"
+#include "checkpoint/dcp_layout.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_kind.h"
 #include "merge/assemble.h"
 #include "merge/fsdp1_flat.h"
 #include "merge/verl_files.h"
@@ -90,15 +90,15 @@ std::vector<Record> ContainerRecords(const Container& c) {
 
 // How a rank file's pickle is read: the merge gives back the tensors it describes, so under the
 // allowlist plus the caller's names, as convert reads one.
-convert::PickleReadOptions PickleRead(const MergeOptions& options) {
-  convert::PickleReadOptions read;
+checkpoint::PickleReadOptions PickleRead(const MergeOptions& options) {
+  checkpoint::PickleReadOptions read;
   read.allow_globals = options.allow_globals;
   return read;
 }
 
 // .pt tensor records: zckpt's interpreter over data.pkl, storages as byte ranges of the mapping.
 std::vector<Record> ArchiveRecords(const std::shared_ptr<const MappedFile>& file, std::string* saved_as,
-                                   const convert::PickleReadOptions& read) {
+                                   const checkpoint::PickleReadOptions& read) {
   pt::TorchArchive archive(file);
   *saved_as = archive.prefix();
   pickle::UnpickleResult tree = pickle::Unpickle(archive.RecordCopy("data.pkl"), read.Unpickle());
@@ -420,7 +420,7 @@ VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, con
     if (dcp::EndsWith(path, ".zckpt")) {
       ck.containers.push_back(Container::Open(path));
       // The index is what is merged: its pickle (what zckpt.load would give) must agree first.
-      (void)convert::ReadObjectPickle(*ck.containers.back(), PickleRead(options));
+      (void)checkpoint::ReadObjectPickle(*ck.containers.back(), PickleRead(options));
       records = ContainerRecords(*ck.containers.back());
       saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
     } else {
@@ -443,7 +443,7 @@ void CheckDcpTilingOf(const std::string& dir) {
 
 Checkpoint Discover(const std::string& dir, const MergeOptions& options) {
   if (!fs::is_directory(dir)) throw Error(ErrorKind::kInvalidArgument, dir + ": not a folder");
-  Checkpoint ck = convert::IsDcpFolder(dir) ? DiscoverDcp(dir, options) : DiscoverVerl(dir, options);
+  Checkpoint ck = checkpoint::IsDcpFolder(dir) ? DiscoverDcp(dir, options) : DiscoverVerl(dir, options);
   if (ck.tensors.empty())
     throw Error(ErrorKind::kInvalidArgument, dir + ": no tensors to merge" +
                                                  (options.keys.empty() ? "" : " whose names start with '" + options.keys + "'"));

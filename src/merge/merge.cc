@@ -13,7 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "common/shape.h"
-#include "convert/dcp_layout.h"
+#include "checkpoint/dcp_layout.h"
 #include "merge/assemble.h"
 #include "merge/layouts.h"
 #include "pickle/json_writer.h"

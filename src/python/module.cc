@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "convert/object_pickle.h"
-#include "convert/source_kind.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_kind.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
@@ -33,7 +33,7 @@ std::unique_ptr<Container> OpenContainer(const std::string& path) {
   try {
     return Container::Open(path);
   } catch (const Error& e) {
-    throw convert::WithNotAContainerHint(e, path);
+    throw checkpoint::WithNotAContainerHint(e, path);
   }
 }
 
@@ -100,9 +100,9 @@ py::bytes VettedPickle(const Container& c, const std::vector<std::string>& allow
   std::string bytes;
   {
     py::gil_scoped_release release;
-    convert::PickleReadOptions read;
+    checkpoint::PickleReadOptions read;
     read.allow_globals = allow_globals;
-    auto pickle = convert::ReadObjectPickle(c, read);
+    auto pickle = checkpoint::ReadObjectPickle(c, read);
     if (!pickle) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to load");
     bytes.assign(reinterpret_cast<const char*>(pickle->bytes.data()), pickle->bytes.size());
   }
@@ -153,7 +153,7 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
   try {
     report = LoadInto(c, targets, options);
   } catch (const Error& e) {
-    throw convert::WithNotAContainerHint(e, c.path());  // a .pt given by mistake: convert it first
+    throw checkpoint::WithNotAContainerHint(e, c.path());  // a .pt given by mistake: convert it first
   }
   return {report.missing, report.unexpected};
 }
@@ -215,7 +215,7 @@ std::vector<std::string> Verify(const std::string& path, unsigned threads) {
     VerifyOptions options;
     options.threads = threads;
     for (const auto& p : c->Verify(options).problems) problems.push_back(p.message);
-    for (std::string& p : convert::ObjectPickleProblems(*c)) problems.push_back(std::move(p));
+    for (std::string& p : checkpoint::ObjectPickleProblems(*c)) problems.push_back(std::move(p));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kCorrupt) throw;  // cannot verify at all: raise
     problems.push_back(e.what());
@@ -343,7 +343,7 @@ PYBIND11_MODULE(_C, m) {
     try {
       c = Container::Open(path);
     } catch (const zckpt::Error& e) {
-      throw zckpt::convert::WithNotAContainerHint(e, path);
+      throw zckpt::checkpoint::WithNotAContainerHint(e, path);
     }
     return zckpt::LoadIntoTargets(*c, targets, strict, verify, allow);
   }, py::arg("path"), py::arg("targets"), py::arg("strict") = true, py::arg("verify") = true,

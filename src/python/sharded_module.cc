@@ -16,8 +16,8 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "common/shape.h"
-#include "convert/dcp_layout.h"
-#include "convert/storage_stream.h"
+#include "checkpoint/dcp_layout.h"
+#include "checkpoint/storage_stream.h"
 #include "loader/tensors.h"
 #include "pickle/dcp_metadata.h"
 #include "zckpt/container.h"
@@ -172,12 +172,12 @@ std::pair<size_t, size_t> CheckDcpMetadata(const py::bytes& data, const std::str
 // archive by zckpt's interpreter (DCP's planner unpickles them with weights_only=False).
 std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<std::string>& names,
                                     const std::vector<std::string>& allow_globals) {
-  convert::PickleReadOptions read;  // DCP's planner unpickles them next: the allowlist
+  checkpoint::PickleReadOptions read;  // DCP's planner unpickles them next: the allowlist
   read.allow_globals = allow_globals;
   auto c = Container::Open(path);
   std::vector<py::bytes> out;
   for (const std::string& name : names) {
-    auto bytes = convert::CheckedBlob(*c, name, "the folder's .metadata");
+    auto bytes = checkpoint::CheckedBlob(*c, name, "the folder's .metadata");
     dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
     out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }

@@ -1,5 +1,5 @@
 // zckpt::Save / SavePickled: a torch.save pickle and its storages -> container, through the
-// converter's own code (convert::WriteZipContainer) with the storages read from memory instead
+// converter's own code (checkpoint::WriteZipContainer) with the storages read from memory instead
 // of from a `.pt` file.
 #include "zckpt/save.h"
 
@@ -13,7 +13,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "convert/zip_container.h"
+#include "checkpoint/zip_container.h"
 #include "pickle/torch_model.h"
 #include "pickle/unpickler.h"
 #include "save/archive_records.h"
@@ -30,10 +30,10 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// The checkpoint's side of convert::ZipParts: records from memory, storages from tensors. CPU
+// The checkpoint's side of checkpoint::ZipParts: records from memory, storages from tensors. CPU
 // storages are handed to the writer from their own memory (it copies chunk by chunk into its
 // hashing pipeline, never the whole storage); CUDA storages go through the pinned ring.
-class TensorParts final : public convert::ZipParts {
+class TensorParts final : public checkpoint::ZipParts {
  public:
   TensorParts(const PickledCheckpoint& checkpoint, const save::ArchiveRecords& records, const SaveOptions& options,
               const std::string& path, SaveStats& stats)
@@ -47,7 +47,7 @@ class TensorParts final : public convert::ZipParts {
 
   void WriteStorage(const pickle::TorchStorage& s, ContainerWriter& writer) override {
     const at::Tensor& t = checkpoint_.storages.at(s.key);  // checked by CheckStorages
-    NewStorage ns = convert::StorageRecordOf(s);
+    NewStorage ns = checkpoint::StorageRecordOf(s);
     const auto* data = static_cast<const uint8_t*>(t.const_data_ptr());
     if (t.device().is_cpu()) {
       writer.AddStorage(ns, std::span<const uint8_t>(data, s.nbytes));
@@ -131,7 +131,7 @@ SaveStats SavePickled(const std::string& path, const PickledCheckpoint& checkpoi
     SaveStats stats;
     ContainerWriter writer(path, options.writer);
     TensorParts parts(checkpoint, records, options, path, stats);
-    convert::ZipCounts counts = convert::WriteZipContainer(
+    checkpoint::ZipCounts counts = checkpoint::WriteZipContainer(
         writer, model, records.names, checkpoint.prefix.empty() ? save::ArchivePrefix(path) : checkpoint.prefix, parts,
         ErrorKind::kInvalidArgument);
     for (const auto& [key, value] : checkpoint.metadata) writer.SetMetadata(key, value);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "convert/source_records.h"
+#include "checkpoint/source_records.h"
 #include "hardening_util.h"
 #include "test_util.h"
 #include "zckpt/container_writer.h"
@@ -37,7 +37,7 @@ void Write(const std::string& path, const Forged& f) {
   ContainerWriter w(path, {});
   if (f.storage) w.AddStorage(NewStorage{"0"}, Bytes("storage bytes"));
   for (const std::string& b : f.blobs) w.AddBlob(b, b == "data.pkl" ? kPickle : Bytes("blob " + b));
-  if (!f.records.empty()) w.SetMetadata(std::string(convert::kKeyRecords), convert::JoinRecords(f.records));
+  if (!f.records.empty()) w.SetMetadata(std::string(checkpoint::kKeyRecords), checkpoint::JoinRecords(f.records));
   for (const auto& [k, v] : f.metadata) w.SetMetadata(k, v);
   w.Commit();
 }
@@ -125,8 +125,8 @@ void WriteSafetensorsContainer(const std::string& path, const SafetensorsForgery
   t.shape = {2};
   t.stride = {1};
   w.AddTensor(t);
-  if (f.header_blob) w.AddBlob(std::string(convert::kSafetensorsHeaderBlob), Bytes(f.header));
-  w.SetMetadata(std::string(convert::kKeyFormat), "safetensors");
+  if (f.header_blob) w.AddBlob(std::string(checkpoint::kSafetensorsHeaderBlob), Bytes(f.header));
+  w.SetMetadata(std::string(checkpoint::kKeyFormat), "safetensors");
   w.Commit();
 }
 

@@ -13,8 +13,8 @@
 #include "cli.h"
 #include "commands.h"
 #include "common/open_file.h"
-#include "convert/object_pickle.h"
-#include "convert/source_kind.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_kind.h"
 #include "json_writer.h"
 #include "printable.h"
 #include "progress.h"
@@ -78,10 +78,10 @@ FileResult VerifyOne(const std::string& path, unsigned threads, ProgressStyle pr
     VerifyReport report = c->Verify(opt);
     bar.Finish();
     for (const auto& p : report.problems) r.problems.push_back(p.message);
-    for (std::string& p : convert::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
+    for (std::string& p : checkpoint::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
     r.code = r.problems.empty() ? kExitOk : kExitBad;
   } catch (const Error& e) {
-    r.problems.push_back(convert::WithNotAContainerHint(e, path).what());
+    r.problems.push_back(checkpoint::WithNotAContainerHint(e, path).what());
     r.code = ExitCodeFor(e);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -144,15 +144,15 @@ Target Expand(const std::string& path) {
   namespace fs = std::filesystem;
   Target t{path, {}, ""};
   std::error_code ec;
-  if (!fs::is_directory(path, ec) || convert::IsDcpFolder(path)) {
-    t.files.emplace_back(path, convert::IsDcpFolder(path));
+  if (!fs::is_directory(path, ec) || checkpoint::IsDcpFolder(path)) {
+    t.files.emplace_back(path, checkpoint::IsDcpFolder(path));
     return t;
   }
   fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a writer's temporary, live or stale
-    if (it->is_directory(ec) && !it->is_symlink(ec) && convert::IsDcpFolder(it->path().string())) {
+    if (it->is_directory(ec) && !it->is_symlink(ec) && checkpoint::IsDcpFolder(it->path().string())) {
       t.files.emplace_back(it->path().string(), true);
       it.disable_recursion_pending();
     } else if (it->is_regular_file(ec) && HasContainerMagic(it->path())) {

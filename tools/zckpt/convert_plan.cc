@@ -7,7 +7,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "convert/hf_index.h"
-#include "convert/source_kind.h"
+#include "checkpoint/source_kind.h"
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
 
@@ -22,16 +22,16 @@ std::string Normal(const fs::path& p) { return p.lexically_normal().string(); }
 }  // namespace
 
 FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_pt) {
-  using convert::SourceKind;
+  using checkpoint::SourceKind;
   FolderPlan plan;
-  if (convert::IsDcpFolder(src)) {  // either layout: ConvertDcpFolder says what it cannot do
+  if (checkpoint::IsDcpFolder(src)) {  // either layout: ConvertDcpFolder says what it cannot do
     plan.jobs.push_back(FolderJob{src, out, FolderJob::Action::kConvertDcp, "", ""});
     return plan;
   }
   for (fs::recursive_directory_iterator it(src), end; it != end; ++it) {
     const fs::directory_entry& entry = *it;
     if (entry.is_directory() && !entry.is_symlink() &&
-        convert::DcpFolderLayout(entry.path().string()) == convert::DcpLayout::kDistcp) {
+        checkpoint::DcpFolderLayout(entry.path().string()) == checkpoint::DcpLayout::kDistcp) {
       const fs::path rel = fs::relative(entry.path(), src);
       plan.jobs.push_back(FolderJob{entry.path().string(), (fs::path(out) / rel).string(), FolderJob::Action::kConvertDcp, "", ""});
       it.disable_recursion_pending();
@@ -55,8 +55,8 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
       plan.jobs.push_back(job);
       continue;
     }
-    SourceKind kind = convert::DetectSource(job.source);
-    if (convert::IsConvertible(kind) || (IsCheckpointName(name) && kind == SourceKind::kUnknown)) {
+    SourceKind kind = checkpoint::DetectSource(job.source);
+    if (checkpoint::IsConvertible(kind) || (IsCheckpointName(name) && kind == SourceKind::kUnknown)) {
       // A checkpoint's name on something else: the converter says what is wrong with it.
       job.action = FolderJob::Action::kConvert;
       job.destination = DefaultDestination(job.destination);
@@ -67,8 +67,8 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
       job.action = FolderJob::Action::kCopy;
     } else {
       job.action = FolderJob::Action::kForeign;
-      job.why = convert::WhyNotConverted(kind, job.source);
-      job.kind = convert::SourceKindName(kind);
+      job.why = checkpoint::WhyNotConverted(kind, job.source);
+      job.kind = checkpoint::SourceKindName(kind);
     }
     plan.jobs.push_back(job);
   }

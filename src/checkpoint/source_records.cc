@@ -1,6 +1,6 @@
-#include "convert/source_records.h"
+#include "checkpoint/source_records.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 std::string JoinRecords(const std::vector<std::string>& names) {
   std::string out;
@@ -44,4 +44,4 @@ std::vector<std::string> SplitRecords(std::string_view joined) {
   return out;
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

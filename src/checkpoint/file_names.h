@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 // The part after the last '/'.
 std::string BaseName(const std::string& path);
@@ -12,4 +12,4 @@ std::string BaseName(const std::string& path);
 std::string AsciiLower(std::string s);
 bool EndsWith(std::string_view s, std::string_view tail);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

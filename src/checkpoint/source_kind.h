@@ -9,7 +9,7 @@
 #include "common/mapped_file.h"
 #include "zckpt/error.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 enum class SourceKind {
   // Converted.
@@ -43,7 +43,7 @@ const char* SourceKindName(SourceKind kind);
 // with torch.jit.load; ...". `path` names the folder in the advice for DCP files.
 std::string WhyNotConverted(SourceKind kind, const std::string& path = "");
 
-// True when `dir` holds a torch.distributed.checkpoint (format-spec §11): a `.metadata` file and,
+// True when `dir` holds a torch.distributed.checkpoint (format-spec/folders.md): a `.metadata` file and,
 // beside it, `*.distcp` shards (FileSystemWriter's layout) or DCP-named containers `__R_N.zckpt`
 // (zckpt's layout: written by zckpt.dcp.ZckptStorageWriter or converted by `zckpt convert`). A
 // `.metadata` among other files (a folder of containers named otherwise) is not DCP's.
@@ -62,4 +62,4 @@ std::string NotAContainerHint(const std::string& path);
 // and there is one; `e` unchanged otherwise.
 Error WithNotAContainerHint(const Error& e, const std::string& path);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -1,17 +1,17 @@
-#include "convert/source_kind.h"
+#include "checkpoint/source_kind.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 
-#include "convert/file_names.h"
+#include "checkpoint/file_names.h"
 #include "pt/pt_format.h"
 #include "pt/zip_reader.h"
 #include "safetensors/header.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 namespace {
 
@@ -177,9 +177,9 @@ std::string NotAContainerHint(const std::string& path) {
   return "";
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 Error WithNotAContainerHint(const Error& e, const std::string& path) {
   if (e.kind() != ErrorKind::kNotContainer) return e;
@@ -187,4 +187,4 @@ Error WithNotAContainerHint(const Error& e, const std::string& path) {
   return hint.empty() ? e : Error(e.kind(), std::string(e.what()) + "\n  hint: " + hint);
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -1,11 +1,11 @@
-#include "convert/storage_stream.h"
+#include "checkpoint/storage_stream.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 void StreamStorageRange(const Container& c, uint32_t s, uint64_t begin, uint64_t end, const ByteSink& sink) {
   StorageInfo info = c.storage(s);
@@ -40,4 +40,4 @@ std::vector<uint8_t> CheckedBlob(const Container& c, std::string_view name, std:
   return c.CheckedBlobBytes(*blob);
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

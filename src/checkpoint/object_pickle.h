@@ -23,7 +23,7 @@
 #include "pickle/unpickler.h"
 #include "zckpt/container.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 // How a pickle is read: the allowlist plus the caller's names (anything that hands the pickle
 // on, or gives back what it describes), or the deny list only (ls, verify).
@@ -63,4 +63,4 @@ std::vector<std::string> ObjectPickleProblems(const Container& c);
 // writes them.
 uint32_t IndexFlags(const pickle::TorchTensor& t);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

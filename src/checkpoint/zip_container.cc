@@ -1,13 +1,13 @@
-#include "convert/zip_container.h"
+#include "checkpoint/zip_container.h"
 
 #include <unordered_set>
 
-#include "convert/object_pickle.h"
-#include "convert/source_records.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_records.h"
 #include "format/layout.h"
 #include "zckpt/error.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 NewStorage StorageRecordOf(const pickle::TorchStorage& s) { return NewStorage{s.key, s.location, s.dtype, s.untyped}; }
 
@@ -65,4 +65,4 @@ ZipCounts WriteZipContainer(ContainerWriter& writer, const pickle::TorchPickle& 
   return counts;
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -1,4 +1,4 @@
-// How a container remembers the `.pt` it came from, so export can give it back (spec §8).
+// How a container remembers the `.pt` it came from, so export can give it back (format-spec/source-metadata.md).
 //
 // zip sources: every archive record is kept, storages as storages (`data/<key>`) and the rest
 // as blobs named like the record; the archive order is kept in `zckpt.source.records`.
@@ -15,7 +15,7 @@
 
 #include "zckpt/format.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 inline constexpr std::string_view kKeyFormat = "zckpt.source.format";    // "zip" | "legacy" | "safetensors"
 inline constexpr std::string_view kKeyPrefix = "zckpt.source.prefix";    // zip record prefix
@@ -44,4 +44,4 @@ bool IsPlainArchivePath(std::string_view name);
 // True when `names` hold the record without which torch.load refuses an archive.
 bool HasVersionRecord(const std::vector<std::string>& names);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -13,7 +13,7 @@
 
 #include "zckpt/container.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 using ByteSink = std::function<void(std::span<const uint8_t>)>;
 
@@ -29,4 +29,4 @@ void StreamStorage(const Container& c, uint32_t s, const ByteSink& sink);
 // (kCorrupt, exit 1), not the caller's mistake.
 std::vector<uint8_t> CheckedBlob(const Container& c, std::string_view name, std::string_view named_by);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -2,7 +2,7 @@
 // by whoever holds them: the converter reads them from a `.pt` file, zckpt::Save has them from
 // the objects torch.save would have written. One piece of code, so a saved container is the one
 // converting the equivalent torch.save file gives (same storages, tensor records, blobs and
-// zckpt.source.* metadata; spec §8).
+// zckpt.source.* metadata; format-spec/source-metadata.md).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "zckpt/error.h"
 #include "zckpt/container_writer.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 // Where the bytes come from.
 class ZipParts {
@@ -52,4 +52,4 @@ NewStorage StorageRecordOf(const pickle::TorchStorage& s);
 // them); returns how many. kCorrupt for a negative storage offset.
 uint64_t AddTensorRecords(ContainerWriter& writer, const pickle::TorchPickle& model);
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

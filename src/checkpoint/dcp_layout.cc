@@ -1,4 +1,4 @@
-#include "convert/dcp_layout.h"
+#include "checkpoint/dcp_layout.h"
 
 #include <sys/stat.h>
 
@@ -74,7 +74,7 @@ DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uin
   }
 }
 
-void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what, const convert::PickleReadOptions& read) {
+void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what, const checkpoint::PickleReadOptions& read) {
   try {
     auto slice = std::make_shared<const MappedFile>(bytes.data(), bytes.size(), what);
     pt::TorchArchive archive(slice);

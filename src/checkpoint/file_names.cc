@@ -1,6 +1,6 @@
-#include "convert/file_names.h"
+#include "checkpoint/file_names.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 std::string BaseName(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -17,4 +17,4 @@ bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

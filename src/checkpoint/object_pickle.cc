@@ -1,11 +1,11 @@
-#include "convert/object_pickle.h"
+#include "checkpoint/object_pickle.h"
 
 #include <unordered_map>
 
 #include "zckpt/error.h"
 #include "zckpt/format.h"
 
-namespace zckpt::convert {
+namespace zckpt::checkpoint {
 
 namespace {
 
@@ -143,4 +143,4 @@ std::vector<std::string> ObjectPickleProblems(const Container& c) {
   return out;
 }
 
-}  // namespace zckpt::convert
+}  // namespace zckpt::checkpoint

@@ -1,5 +1,5 @@
 // The on-disk conventions of torch.distributed.checkpoint (DCP) folders, in both layouts zckpt
-// reads (format-spec/zckpt-v1.md §11), shared by convert/export/verify of DCP folders
+// reads (format-spec/folders.md), shared by convert/export/verify of DCP folders
 // (dcp_folder.cc) and by `zckpt merge`:
 //
 //   FileSystemWriter's: `.metadata` (a pickle of DCP's Metadata) + `__R_N.distcp` files holding
@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "convert/file_names.h"
-#include "convert/object_pickle.h"
+#include "checkpoint/file_names.h"
+#include "checkpoint/object_pickle.h"
 #include "pickle/dcp_metadata.h"
 #include "pickle/torch_model.h"
 
@@ -56,7 +56,7 @@ std::string PieceName(const std::string& fqn, const std::vector<int64_t>& offset
 std::string PieceExtra(const std::string& fqn, const std::vector<int64_t>& global_shape,
                        const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
 
-using convert::EndsWith;
+using checkpoint::EndsWith;
 // Reads and checks `dir/.metadata` (pickle::ReadDcpMetadata).
 pickle::DcpMetadata ReadFolderMetadata(const std::string& dir);
 
@@ -78,7 +78,7 @@ DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uin
 // names before anything hands it on; the deny list only for verify): Error(kUnsafe) for a
 // refused global, kCorrupt when it is not a torch.save archive.
 void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what,
-                       const convert::PickleReadOptions& read = {});
+                       const checkpoint::PickleReadOptions& read = {});
 
 // The container a converted folder holds for _StorageInfo entry `s` (`dir/X.zckpt` for
 // X.distcp), "" when the folder has none (FileSystemWriter's own layout).
