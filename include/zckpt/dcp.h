@@ -2,7 +2,7 @@
 // DCP's FileSystemWriter (`.metadata` + `*.distcp`) into zckpt's DCP layout (one container per
 // `.distcp` file, every piece checksummed, readable by zckpt.dcp.ZckptStorageReader), give it
 // back byte for byte, and verify a folder of either layout as a whole. The layouts are described
-// in format-spec/zckpt-v1.md §11. `.metadata` is read by zckpt's restricted pickle interpreter
+// in format-spec/folders.md. `.metadata` is read by zckpt's restricted pickle interpreter
 // with an allowlist of DCP's metadata classes: nothing in it runs.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace zckpt {
 
 // True when `dir` is a DCP checkpoint folder: `.metadata` beside `*.distcp` shards or zckpt's
-// `__R_N.zckpt` containers (format-spec §11).
+// `__R_N.zckpt` containers (format-spec/folders.md).
 bool IsDcpFolder(const std::string& dir);
 
 struct DcpConvertStats {

@@ -1,9 +1,7 @@
 // The on-disk structures of the .zckpt container, one struct per table of
-// format-spec/zckpt-v1.md, with the encoding of each.
-//
-// Structs hold decoded native values; Encode*/Decode* move them to and from the little-endian
-// bytes of the file. Decoding never validates (it cannot fail): validation needs context
-// (file size, other tables) and lives in the reader.
+// format-spec/zckpt-v1.md, as decoded native values (what Container hands out), and the
+// format's constants. The byte codec (Encode*/Decode*) is the format layer's own:
+// src/format/record_codec.h.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +51,18 @@ enum class TableId : uint32_t {
   kStrings = 7,
 };
 inline constexpr uint32_t kTableCount = 7;
-// Minimum record size of each table (index = id - 1); files may have longer records (§9).
-inline constexpr uint32_t kRecordBytes[kTableCount] = {64, 48, 64, 8, 32, 16, 1};
+// Minimum record size of each table; files may have longer records (§9).
+inline constexpr uint32_t kStorageRecordBytes = 64;
+inline constexpr uint32_t kChunkRecordBytes = 48;
+inline constexpr uint32_t kTensorRecordBytes = 64;
+inline constexpr uint32_t kDimRecordBytes = 8;
+inline constexpr uint32_t kBlobRecordBytes = 32;
+inline constexpr uint32_t kMetadataRecordBytes = 16;
+inline constexpr uint32_t kStringRecordBytes = 1;
+// The same, by table (index = id - 1).
+inline constexpr uint32_t kRecordBytes[kTableCount] = {kStorageRecordBytes, kChunkRecordBytes, kTensorRecordBytes,
+                                                       kDimRecordBytes, kBlobRecordBytes, kMetadataRecordBytes,
+                                                       kStringRecordBytes};
 
 enum class Codec : uint8_t { kNone = 0, kZstd = 1 };
 
@@ -153,30 +161,6 @@ struct MetadataRecord {
   StringRef key;
   StringRef value;
 };
-
-// Encoders write exactly the record's spec size (reserved bytes zeroed); the Superblock and
-// Footer encoders also fill in their checksum and magic.
-void EncodeSuperblock(const Superblock& s, uint8_t out[kSuperblockBytes]);
-void EncodeFooter(const Footer& f, uint8_t out[kFooterBytes]);
-void EncodeIndexHeader(const IndexHeader& h, uint8_t out[kIndexHeaderBytes]);
-void EncodeTableDescriptor(const TableDescriptor& d, uint8_t out[kTableDescriptorBytes]);
-void EncodeStorageRecord(const StorageRecord& r, uint8_t out[64]);
-void EncodeChunkRecord(const ChunkRecord& r, uint8_t out[48]);
-void EncodeTensorRecord(const TensorRecord& r, uint8_t out[64]);
-void EncodeBlobRecord(const BlobRecord& r, uint8_t out[32]);
-void EncodeMetadataRecord(const MetadataRecord& r, uint8_t out[16]);
-
-// Decoders read the known prefix of a record; they do not check magic, checksums or reserved
-// bytes (the reader does, with the file's context).
-Superblock DecodeSuperblock(const uint8_t in[kSuperblockBytes]);
-Footer DecodeFooter(const uint8_t in[kFooterBytes]);
-IndexHeader DecodeIndexHeader(const uint8_t in[kIndexHeaderBytes]);
-TableDescriptor DecodeTableDescriptor(const uint8_t in[kTableDescriptorBytes]);
-StorageRecord DecodeStorageRecord(const uint8_t* in);
-ChunkRecord DecodeChunkRecord(const uint8_t* in);
-TensorRecord DecodeTensorRecord(const uint8_t* in);
-BlobRecord DecodeBlobRecord(const uint8_t* in);
-MetadataRecord DecodeMetadataRecord(const uint8_t* in);
 
 // XXH3-64, seed 0, as the spec defines "checksum".
 uint64_t Checksum(const void* data, uint64_t size);

@@ -10,6 +10,7 @@
 
 #include "common/mapped_file.h"
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format/chunk_codec.h"
 #include "format/layout.h"
 

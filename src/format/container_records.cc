@@ -4,6 +4,7 @@
 #include <string>
 
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format/layout.h"
 #include "zckpt/container.h"
 

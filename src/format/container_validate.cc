@@ -12,6 +12,7 @@
 
 #include "common/mapped_file.h"
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format/layout.h"
 #include "zckpt/container.h"
 

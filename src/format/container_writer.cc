@@ -13,6 +13,7 @@
 
 #include "common/atomic_file.h"
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format/chunk_pipeline.h"
 #include "format/index_builder.h"
 #include "format/layout.h"

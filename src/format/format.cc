@@ -1,6 +1,6 @@
 // Encoding and decoding of the fixed-size structures of spec §3-§5, field by field at the
 // offsets of the spec's tables.
-#include "zckpt/format.h"
+#include "format/record_codec.h"
 
 #include <cstring>
 
@@ -93,8 +93,8 @@ TableDescriptor DecodeTableDescriptor(const uint8_t in[kTableDescriptorBytes]) {
   return {Load32(in), Load32(in + 4), Load64(in + 8), Load64(in + 16), Load64(in + 24)};
 }
 
-void EncodeStorageRecord(const StorageRecord& r, uint8_t out[64]) {
-  std::memset(out, 0, 64);
+void EncodeStorageRecord(const StorageRecord& r, uint8_t out[kStorageRecordBytes]) {
+  std::memset(out, 0, kStorageRecordBytes);
   Store64(out, r.raw_bytes);
   Store64(out + 8, r.first_chunk);
   Store64(out + 16, r.chunk_count);
@@ -116,8 +116,8 @@ StorageRecord DecodeStorageRecord(const uint8_t* in) {
   return r;
 }
 
-void EncodeChunkRecord(const ChunkRecord& r, uint8_t out[48]) {
-  std::memset(out, 0, 48);
+void EncodeChunkRecord(const ChunkRecord& r, uint8_t out[kChunkRecordBytes]) {
+  std::memset(out, 0, kChunkRecordBytes);
   Store64(out, r.offset);
   Store64(out + 8, r.stored_bytes);
   Store64(out + 16, r.raw_bytes);
@@ -139,8 +139,8 @@ ChunkRecord DecodeChunkRecord(const uint8_t* in) {
   return r;
 }
 
-void EncodeTensorRecord(const TensorRecord& r, uint8_t out[64]) {
-  std::memset(out, 0, 64);
+void EncodeTensorRecord(const TensorRecord& r, uint8_t out[kTensorRecordBytes]) {
+  std::memset(out, 0, kTensorRecordBytes);
   StoreRef(out, r.name);
   Store32(out + 8, r.storage);
   Store16(out + 12, r.dtype);
@@ -164,7 +164,7 @@ TensorRecord DecodeTensorRecord(const uint8_t* in) {
   return r;
 }
 
-void EncodeBlobRecord(const BlobRecord& r, uint8_t out[32]) {
+void EncodeBlobRecord(const BlobRecord& r, uint8_t out[kBlobRecordBytes]) {
   StoreRef(out, r.name);
   Store64(out + 8, r.offset);
   Store64(out + 16, r.bytes);
@@ -173,7 +173,7 @@ void EncodeBlobRecord(const BlobRecord& r, uint8_t out[32]) {
 
 BlobRecord DecodeBlobRecord(const uint8_t* in) { return {LoadRef(in), Load64(in + 8), Load64(in + 16), Load64(in + 24)}; }
 
-void EncodeMetadataRecord(const MetadataRecord& r, uint8_t out[16]) {
+void EncodeMetadataRecord(const MetadataRecord& r, uint8_t out[kMetadataRecordBytes]) {
   StoreRef(out, r.key);
   StoreRef(out + 8, r.value);
 }

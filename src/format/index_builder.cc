@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "zckpt/error.h"
 
 namespace zckpt::format::internal {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format/layout.h"
 #include "zckpt/container.h"
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "format/bytes.h"
+#include "format/record_codec.h"
 #include "format_test_util.h"
 
 namespace zckpt::testing {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "format/layout.h"
+#include "format/record_codec.h"
 #include "zckpt/format.h"
 
 namespace zckpt::format {

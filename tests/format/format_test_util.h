@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "format/record_codec.h"
 #include "zckpt/container.h"
 #include "zckpt/container_writer.h"
 #include "zckpt/error.h"

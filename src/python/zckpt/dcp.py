@@ -26,7 +26,7 @@ The BytesIO items are torch.save archives that DCP's planner unpickles with
 `torch.load(weights_only=False)`; the reader vets each one with zckpt's interpreter first and
 refuses (`zckpt.UnsafeError`) one naming a global that could run code.
 
-Layout of a tensor piece in a container (format-spec/zckpt-v1.md §11): storage key the decimal
+Layout of a tensor piece in a container (format-spec/folders.md): storage key the decimal
 write order (native) or the piece's byte offset in its source `.distcp` (converted), a tensor
 record named after the piece (`fqn`, or `fqn@o0,o1,...` for a piece not at the origin) whose
 `extra` JSON is {"fqn", "global_shape", "shard_offsets", "shard_sizes", "class"}: each
