@@ -1,9 +1,9 @@
 // torch.distributed.checkpoint (DCP) folders without Python or torch: convert a folder written by
 // DCP's FileSystemWriter (`.metadata` + `*.distcp`) into zckpt's DCP layout (one container per
-// `.distcp` file, every piece checksummed, readable by zckpt.dcp.ZckptStorageReader), give it
-// back byte for byte, and verify a folder of either layout as a whole. The layouts are described
-// in format-spec/folders.md. `.metadata` is read by zckpt's restricted pickle interpreter
-// with an allowlist of DCP's metadata classes: nothing in it runs.
+// `.distcp` file, every piece checksummed, readable by zckpt.dcp.ZckptStorageReader) and give it
+// back byte for byte; VerifyPath (zckpt/verify.h) verifies a folder of either layout as a whole.
+// The layouts are described in format-spec/folders.md. `.metadata` is read by zckpt's restricted
+// pickle interpreter with an allowlist of DCP's metadata classes: nothing in it runs.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
+#include "zckpt/verify.h"
 
 namespace zckpt {
 
@@ -54,21 +55,6 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
 // it does).
 std::vector<std::string> DcpExportOutputs(const std::string& source, const std::string& destination);
 
-struct DcpVerifyReport {
-  std::vector<std::string> problems;  // empty when the folder is good
-  uint64_t containers = 0;            // containers verified in full
-  uint64_t distcp_pieces = 0;         // pieces of FileSystemWriter .distcp files (no checksums)
-  uint64_t tensors = 0, bytes_items = 0;
-  uint64_t bytes_checked = 0;
-  bool ok() const { return problems.empty(); }
-};
-
-// Checks a DCP folder as a whole: `.metadata` reads, every piece it lists exists where
-// storage_data says with the metadata's dtype and shape, every BytesIO item is a torch.save
-// archive zckpt's interpreter reads naming no code-running global (the deny list, as `zckpt
-// verify` reads object pickles), and every container it names verifies in full
-// (Container::Verify with `options`; progress counts the bytes of all of them). Problems are
-// collected, not thrown; a `.metadata` that cannot be read at all throws (kCorrupt/kUnsafe/kIo).
-DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options = {});
+// A folder of either layout is verified as a whole by VerifyPath (zckpt/verify.h).
 
 }  // namespace zckpt

@@ -11,6 +11,29 @@
 
 namespace zckpt::dcp {
 
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets) {
+  for (const pickle::DcpChunk& c : item.chunks)
+    if (c.offsets == offsets) return &c;
+  return nullptr;
+}
+
+std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
+                          const std::vector<int64_t>& shape) {
+  const pickle::DcpChunk* chunk = ChunkAt(item, s.offset);
+  std::string piece = "the piece of '" + item.fqn + "' at " + Dims(s.offset);
+  if (!chunk) return piece + " is not one of the chunks the metadata lists for it";
+  if (dtype != item.dtype)
+    return piece + " holds " + std::string(DTypeName(dtype)) + ", the metadata says " + std::string(DTypeName(item.dtype));
+  if (shape != chunk->sizes) return piece + " has shape " + Dims(shape) + ", the metadata says " + Dims(chunk->sizes);
+  return "";
+}
+
 std::string PieceName(const std::string& fqn, const std::vector<int64_t>& offsets) {
   bool origin = true;
   for (int64_t o : offsets) origin = origin && o == 0;

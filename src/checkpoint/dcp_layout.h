@@ -29,6 +29,7 @@
 #include "checkpoint/object_pickle.h"
 #include "pickle/dcp_metadata.h"
 #include "pickle/torch_model.h"
+#include "zckpt/dtype.h"
 
 namespace zckpt {
 class Container;
@@ -55,6 +56,14 @@ inline constexpr std::string_view kKeySourceBytes = "zckpt.dcp.source.bytes"; //
 std::string PieceName(const std::string& fqn, const std::vector<int64_t>& offsets);
 std::string PieceExtra(const std::string& fqn, const std::vector<int64_t>& global_shape,
                        const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes);
+
+// "[1, 2, 3]": offsets and shapes in messages.
+std::string Dims(const std::vector<int64_t>& v);
+// The chunk of `item` saved at `offsets`, nullptr when the metadata has none there.
+const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets);
+// Why the saved piece (dtype, shape) does not match the metadata's chunk, "" when it does.
+std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
+                          const std::vector<int64_t>& shape);
 
 using checkpoint::EndsWith;
 // Reads and checks `dir/.metadata` (pickle::ReadDcpMetadata).

@@ -1,4 +1,4 @@
-// Converting, exporting and verifying DCP folders (include/zckpt/dcp.h, layouts in dcp_layout.h).
+// Converting and exporting DCP folders (include/zckpt/dcp.h, layouts in dcp_layout.h).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -26,32 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kPieceBytes = 16ull << 20;  // read and written at a time
-
-std::string Dims(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-
-// The chunk of `item` saved at `offsets`, nullptr when the metadata has none there.
-const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets) {
-  for (const pickle::DcpChunk& c : item.chunks)
-    if (c.offsets == offsets) return &c;
-  return nullptr;
-}
-
-// Why the saved piece (dtype, shape) does not match the metadata's chunk, "" when it does.
-std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
-                          const std::vector<int64_t>& shape) {
-  const pickle::DcpChunk* chunk = ChunkAt(item, s.offset);
-  std::string piece = "the piece of '" + item.fqn + "' at " + Dims(s.offset);
-  if (!chunk) return piece + " is not one of the chunks the metadata lists for it";
-  if (dtype != item.dtype)
-    return piece + " holds " + std::string(DTypeName(dtype)) + ", the metadata says " + std::string(DTypeName(item.dtype));
-  if (shape != chunk->sizes) return piece + " has shape " + Dims(shape) + ", the metadata says " + Dims(chunk->sizes);
-  return "";
-}
 
 // One .distcp file -> one container.
 class DistcpConverter {
@@ -87,7 +61,7 @@ class DistcpConverter {
       const std::string at = std::to_string(e->file_offset);
       if (item->is_tensor) {
         dcp::DistcpTensor t = dcp::ReadDistcpTensor(file, e->file_offset, e->length);
-        std::string why = PieceMismatch(*item, *e, t.view.dtype, t.view.shape);
+        std::string why = dcp::PieceMismatch(*item, *e, t.view.dtype, t.view.shape);
         if (!why.empty()) throw Error(ErrorKind::kCorrupt, range + ": " + why);
         w.AddBlob(std::string(dcp::kHeadBlob) + at,
                   file->CopyView({file->data() + e->file_offset, t.storage_begin - e->file_offset}));
@@ -106,7 +80,7 @@ class DistcpConverter {
                   file->CopyView({file->data() + t.storage_end, e->file_offset + e->length - t.storage_end}));
         std::string tensor_name = dcp::PieceName(e->fqn, e->offset);
         for (int k = 1; !names.insert(tensor_name).second; ++k) tensor_name = dcp::PieceName(e->fqn, e->offset) + "#" + std::to_string(k);
-        const pickle::DcpChunk* chunk = ChunkAt(*item, e->offset);
+        const pickle::DcpChunk* chunk = dcp::ChunkAt(*item, e->offset);
         NewTensor nt;
         nt.name = tensor_name;
         nt.storage = storage;
@@ -338,114 +312,6 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
     f.Commit();
   }
   for (const std::string& name : plan.copied) CopyFileAtomically(source + "/" + name, destination + "/" + name);
-}
-
-DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
-  DcpVerifyReport report;
-  pickle::DcpMetadata md = dcp::ReadFolderMetadata(dir);
-  std::map<std::string, std::unique_ptr<Container>> containers;
-  std::map<std::string, std::shared_ptr<const MappedFile>> distcp;
-  std::set<std::string> unopenable;
-  auto open = [&](const std::string& path) -> const Container& {
-    auto& c = containers[path];
-    if (!c) c = Container::Open(path);
-    return *c;
-  };
-  auto check = [&](const std::string& what, auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      report.problems.push_back(msg.find(dir) == std::string::npos ? what + ": " + msg : msg);
-    }
-  };
-  for (const pickle::DcpItem& item : md.items) {
-    const std::string what = dir + ": '" + item.fqn + "'";
-    if (!item.is_tensor) {
-      const pickle::DcpStorage* s = md.FindStorage(item.fqn, {});
-      if (!s) {
-        report.problems.push_back(what + ": no storage entry");
-        continue;
-      }
-      check(what, [&] {
-        std::span<const uint8_t> bytes;
-        std::vector<uint8_t> checked;  // a private copy (a blob's checked one): what `bytes` views
-        std::string where;
-        std::shared_ptr<const MappedFile> slice_file;
-        if (!s->file_slice) {
-          const Container& c = open(dir + "/" + s->relative_path);
-          checked = checkpoint::CheckedBlob(c, s->name, "the folder's .metadata");
-          bytes = checked;
-          where = c.path() + " blob '" + s->name + "'";
-        } else {
-          std::string converted = dcp::ConvertedContainer(dir, *s);
-          if (!converted.empty()) {
-            const Container& c = open(converted);
-            std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
-            checked = checkpoint::CheckedBlob(c, name, "the folder's .metadata");
-            bytes = checked;
-            where = c.path() + " blob '" + name + "'";
-          } else {
-            std::string file = dir + "/" + s->relative_path;
-            auto& f = distcp[file];
-            if (!f) f = std::make_shared<const MappedFile>(file);
-            if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
-              throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
-            checked = f->CopyView({f->data() + s->file_offset, s->length});
-            bytes = checked;
-            where = file + " bytes [" + std::to_string(s->file_offset) + ", " + std::to_string(s->file_offset + s->length) + ")";
-            report.distcp_pieces++;
-          }
-        }
-        dcp::VetTorchSaveBytes(bytes, where, checkpoint::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
-      });
-      report.bytes_items++;
-      continue;
-    }
-    for (const pickle::DcpChunk& chunk : item.chunks) {
-      const pickle::DcpStorage* s = md.FindStorage(item.fqn, chunk.offsets);
-      if (!s) {
-        report.problems.push_back(what + ": no storage entry for the piece at " + Dims(chunk.offsets));
-        continue;
-      }
-      check(what, [&] {
-        dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
-        std::string why;
-        if (loc.container) {
-          const Container& c = open(loc.file);
-          auto t = c.FindTensor(loc.tensor);
-          if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
-          TensorInfo info = c.tensor(*t);
-          why = PieceMismatch(item, *s, info.dtype, info.shape);
-          if (!why.empty()) why = c.path() + ": tensor '" + loc.tensor + "': " + why;
-        } else {
-          auto& f = distcp[loc.file];
-          if (!f) f = std::make_shared<const MappedFile>(loc.file);
-          dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
-          why = PieceMismatch(item, *s, t.view.dtype, t.view.shape);
-          if (!why.empty()) why = loc.file + ": " + why;
-          report.distcp_pieces++;
-        }
-        if (!why.empty()) throw Error(ErrorKind::kCorrupt, why);
-      });
-      report.tensors++;
-    }
-  }
-  // Every container in full, progress counted over all of them.
-  uint64_t total = 0, before = 0;
-  for (auto& [path, c] : containers)
-    if (c) total += c->file_bytes();
-  VerifyOptions vo = options;
-  if (options.progress) vo.progress = [&](uint64_t done, uint64_t) { options.progress(before + done, total); };
-  for (auto& [path, c] : containers) {
-    if (!c) continue;
-    VerifyReport r = c->Verify(vo);
-    for (const auto& p : r.problems) report.problems.push_back(p.message);
-    report.bytes_checked += r.bytes_checked;
-    report.containers++;
-    before += c->file_bytes();
-  }
-  return report;
 }
 
 }  // namespace zckpt

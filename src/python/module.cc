@@ -16,6 +16,7 @@
 #include "checkpoint/source_kind.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
+#include "zckpt/verify.h"
 #include "zckpt/error.h"
 #include "zckpt/loader.h"
 
@@ -207,18 +208,16 @@ void Export(const std::string& src, const std::string& dst, const std::string& f
   ExportFile(src, dst, options);
 }
 
+// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order; a file that
+// could not be checked at all (other than by being corrupt) raises its error.
 std::vector<std::string> Verify(const std::string& path, unsigned threads) {
   py::gil_scoped_release release;
+  VerifyPathOptions options;
+  options.threads = threads;
   std::vector<std::string> problems;
-  try {
-    auto c = OpenContainer(path);
-    VerifyOptions options;
-    options.threads = threads;
-    for (const auto& p : c->Verify(options).problems) problems.push_back(p.message);
-    for (std::string& p : checkpoint::ObjectPickleProblems(*c)) problems.push_back(std::move(p));
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kCorrupt) throw;  // cannot verify at all: raise
-    problems.push_back(e.what());
+  for (VerifiedFile& r : VerifyPath(path, options)) {
+    if (r.error && *r.error != ErrorKind::kCorrupt) throw Error(*r.error, r.problems.back());
+    for (std::string& p : r.problems) problems.push_back(std::move(p));
   }
   return problems;
 }

@@ -1,0 +1,287 @@
+// One verify (include/zckpt/verify.h): a container, a DCP folder, or a folder of either, checked
+// completely and reported per file. `zckpt verify` and `zckpt.verify` print or raise what it
+// returns.
+#include "zckpt/verify.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/dcp_layout.h"
+#include "checkpoint/object_pickle.h"
+#include "checkpoint/source_kind.h"
+#include "checkpoint/storage_stream.h"
+#include "common/mapped_file.h"
+#include "common/open_file.h"
+#include "zckpt/container.h"
+#include "zckpt/error.h"
+#include "zckpt/format.h"
+
+namespace zckpt {
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The status an Error that stopped a check gives: damaged or refused (corrupt), else not checkable.
+VerifyStatus StatusFor(const Error& e) {
+  return e.kind() == ErrorKind::kCorrupt || e.kind() == ErrorKind::kUnsafe ? VerifyStatus::kCorrupt
+                                                                             : VerifyStatus::kError;
+}
+
+VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
+  VerifyOptions opt;
+  opt.threads = options.threads;
+  opt.progress = options.progress;
+  return opt;
+}
+
+struct DcpVerifyReport {
+  std::vector<std::string> problems;  // empty when the folder is good
+  uint64_t containers = 0;            // containers verified in full
+  uint64_t distcp_pieces = 0;         // pieces of FileSystemWriter .distcp files (no checksums)
+  uint64_t tensors = 0, bytes_items = 0;
+  uint64_t bytes_checked = 0;
+};
+
+// A DCP folder as a whole: `.metadata` reads, every piece it lists exists where storage_data
+// says with the metadata's dtype and shape, every BytesIO item is a torch.save archive zckpt's
+// interpreter reads naming no code-running global (the deny list, as object pickles are read),
+// and every container it names verifies in full (Container::Verify with `options`; progress
+// counts the bytes of all of them). Problems are collected, not thrown; a `.metadata` that
+// cannot be read at all throws (kCorrupt/kUnsafe/kIo).
+DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
+  DcpVerifyReport report;
+  pickle::DcpMetadata md = dcp::ReadFolderMetadata(dir);
+  std::map<std::string, std::unique_ptr<Container>> containers;
+  std::map<std::string, std::shared_ptr<const MappedFile>> distcp;
+  std::set<std::string> unopenable;
+  auto open = [&](const std::string& path) -> const Container& {
+    auto& c = containers[path];
+    if (!c) c = Container::Open(path);
+    return *c;
+  };
+  auto check = [&](const std::string& what, auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      report.problems.push_back(msg.find(dir) == std::string::npos ? what + ": " + msg : msg);
+    }
+  };
+  for (const pickle::DcpItem& item : md.items) {
+    const std::string what = dir + ": '" + item.fqn + "'";
+    if (!item.is_tensor) {
+      const pickle::DcpStorage* s = md.FindStorage(item.fqn, {});
+      if (!s) {
+        report.problems.push_back(what + ": no storage entry");
+        continue;
+      }
+      check(what, [&] {
+        std::span<const uint8_t> bytes;
+        std::vector<uint8_t> checked;  // a private copy (a blob's checked one): what `bytes` views
+        std::string where;
+        std::shared_ptr<const MappedFile> slice_file;
+        if (!s->file_slice) {
+          const Container& c = open(dir + "/" + s->relative_path);
+          checked = checkpoint::CheckedBlob(c, s->name, "the folder's .metadata");
+          bytes = checked;
+          where = c.path() + " blob '" + s->name + "'";
+        } else {
+          std::string converted = dcp::ConvertedContainer(dir, *s);
+          if (!converted.empty()) {
+            const Container& c = open(converted);
+            std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
+            checked = checkpoint::CheckedBlob(c, name, "the folder's .metadata");
+            bytes = checked;
+            where = c.path() + " blob '" + name + "'";
+          } else {
+            std::string file = dir + "/" + s->relative_path;
+            auto& f = distcp[file];
+            if (!f) f = std::make_shared<const MappedFile>(file);
+            if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
+              throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
+            checked = f->CopyView({f->data() + s->file_offset, s->length});
+            bytes = checked;
+            where = file + " bytes [" + std::to_string(s->file_offset) + ", " + std::to_string(s->file_offset + s->length) + ")";
+            report.distcp_pieces++;
+          }
+        }
+        dcp::VetTorchSaveBytes(bytes, where, checkpoint::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
+      });
+      report.bytes_items++;
+      continue;
+    }
+    for (const pickle::DcpChunk& chunk : item.chunks) {
+      const pickle::DcpStorage* s = md.FindStorage(item.fqn, chunk.offsets);
+      if (!s) {
+        report.problems.push_back(what + ": no storage entry for the piece at " + dcp::Dims(chunk.offsets));
+        continue;
+      }
+      check(what, [&] {
+        dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
+        std::string why;
+        if (loc.container) {
+          const Container& c = open(loc.file);
+          auto t = c.FindTensor(loc.tensor);
+          if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
+          TensorInfo info = c.tensor(*t);
+          why = dcp::PieceMismatch(item, *s, info.dtype, info.shape);
+          if (!why.empty()) why = c.path() + ": tensor '" + loc.tensor + "': " + why;
+        } else {
+          auto& f = distcp[loc.file];
+          if (!f) f = std::make_shared<const MappedFile>(loc.file);
+          dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
+          why = dcp::PieceMismatch(item, *s, t.view.dtype, t.view.shape);
+          if (!why.empty()) why = loc.file + ": " + why;
+          report.distcp_pieces++;
+        }
+        if (!why.empty()) throw Error(ErrorKind::kCorrupt, why);
+      });
+      report.tensors++;
+    }
+  }
+  // Every container in full, progress counted over all of them.
+  uint64_t total = 0, before = 0;
+  for (auto& [path, c] : containers)
+    if (c) total += c->file_bytes();
+  VerifyOptions vo = options;
+  if (options.progress) vo.progress = [&](uint64_t done, uint64_t) { options.progress(before + done, total); };
+  for (auto& [path, c] : containers) {
+    if (!c) continue;
+    VerifyReport r = c->Verify(vo);
+    for (const auto& p : r.problems) report.problems.push_back(p.message);
+    report.bytes_checked += r.bytes_checked;
+    report.containers++;
+    before += c->file_bytes();
+  }
+  return report;
+}
+
+
+VerifiedFile VerifyContainer(const std::string& path, const VerifyPathOptions& options) {
+  VerifiedFile r;
+  r.path = path;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto c = Container::Open(path);
+    r.bytes = c->file_bytes();
+    if (options.on_begin) options.on_begin(path, c->file_bytes());
+    VerifyReport report = c->Verify(ContainerOptions(options));
+    for (const auto& p : report.problems) r.problems.push_back(p.message);
+    for (std::string& p : checkpoint::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
+    r.status = r.problems.empty() ? VerifyStatus::kOk : VerifyStatus::kCorrupt;
+  } catch (const Error& e) {
+    Error hinted = checkpoint::WithNotAContainerHint(e, path);
+    r.problems.push_back(hinted.what());
+    r.error = hinted.kind();
+    r.status = StatusFor(hinted);
+  }
+  r.seconds = SecondsSince(t0);
+  return r;
+}
+
+VerifiedFile VerifyDcp(const std::string& dir, const VerifyPathOptions& options) {
+  VerifiedFile r;
+  r.path = dir;
+  r.dcp = true;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (options.on_begin) options.on_begin(dir, 0);
+    DcpVerifyReport report = VerifyDcpFolder(dir, ContainerOptions(options));
+    r.problems = std::move(report.problems);
+    r.status = r.problems.empty() ? VerifyStatus::kOk : VerifyStatus::kCorrupt;
+    r.bytes = report.bytes_checked;
+    r.containers = report.containers;
+    r.distcp_pieces = report.distcp_pieces;
+    r.tensors = report.tensors;
+    r.bytes_items = report.bytes_items;
+  } catch (const Error& e) {
+    r.problems.push_back(e.what());
+    r.error = e.kind();
+    r.status = StatusFor(e);
+  }
+  r.seconds = SecondsSince(t0);
+  return r;
+}
+
+bool HasContainerMagic(const std::filesystem::path& path) {
+  struct stat st;
+  FileDescriptor fd;
+  try {
+    fd = OpenRegularFile(path.string(), &st);  // a FIFO or device node in the folder is not opened
+  } catch (const Error&) {
+    return false;
+  }
+  uint8_t head[sizeof format::kSuperblockMagic];
+  return ::read(fd.get(), head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
+         std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
+}
+
+// What a path stands for: itself, or for a folder every container below it, sorted, a DCP folder
+// (the path itself or one below it) standing for its own files as one entry. A folder that
+// cannot be walked, or holds nothing to check, sets `error`.
+struct Target {
+  std::vector<std::pair<std::string, bool>> files;  // (path, is a DCP folder)
+  std::string error;
+};
+
+Target Expand(const std::string& path) {
+  namespace fs = std::filesystem;
+  Target t;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || checkpoint::IsDcpFolder(path)) {
+    t.files.emplace_back(path, checkpoint::IsDcpFolder(path));
+    return t;
+  }
+  fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a writer's temporary, live or stale
+    if (it->is_directory(ec) && !it->is_symlink(ec) && checkpoint::IsDcpFolder(it->path().string())) {
+      t.files.emplace_back(it->path().string(), true);
+      it.disable_recursion_pending();
+    } else if (it->is_regular_file(ec) && HasContainerMagic(it->path())) {
+      t.files.emplace_back(it->path().string(), false);
+    }
+  }
+  if (ec) t.error = path + ": cannot walk the folder: " + ec.message();
+  else if (t.files.empty()) t.error = path + ": no zckpt container below this folder (nor a DCP checkpoint)";
+  std::sort(t.files.begin(), t.files.end());
+  return t;
+}
+
+}  // namespace
+
+std::vector<VerifiedFile> VerifyPath(const std::string& path, const VerifyPathOptions& options) {
+  std::vector<VerifiedFile> out;
+  auto add = [&](VerifiedFile r) {
+    if (options.on_file) options.on_file(r);
+    out.push_back(std::move(r));
+  };
+  Target target = Expand(path);
+  if (!target.error.empty()) {
+    VerifiedFile r;
+    r.path = path;
+    r.status = VerifyStatus::kError;
+    r.error = ErrorKind::kInvalidArgument;
+    r.problems.push_back(target.error);
+    add(std::move(r));
+  }
+  for (const auto& [file, dcp] : target.files) add(dcp ? VerifyDcp(file, options) : VerifyContainer(file, options));
+  return out;
+}
+
+}  // namespace zckpt
