@@ -25,5 +25,5 @@ if ls tests/*/test_*.py >/dev/null 2>&1; then
   junits+=("$BUILD/pytest.junit.xml")
 fi
 
-python3 tools/count-tests.py "${junits[@]}" || status=1
+python3 tools/ci/count-tests.py "${junits[@]}" || status=1
 exit $status

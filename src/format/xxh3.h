@@ -17,10 +17,4 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-namespace zckpt::format {
-
-// Which kernel XXH3 runs on this machine: "avx512", "avx2", "sse2" (the dispatcher's choice,
-// as CPUID tells it) or "portable" (no dispatcher in this build). For benchmark reports.
-const char* ChecksumKernel();
-
-}  // namespace zckpt::format
+// Which kernel it runs: format::ChecksumKernel() (zckpt/format.h).

@@ -20,7 +20,7 @@
 #include "loader/pinned_cache.h"
 #endif
 
-// Deliberately broken variants, compiled only into the simulator suite by tools/sim-mutants.sh
+// Deliberately broken variants, compiled only into the simulator suite by tools/ci/sim-mutants.sh
 // (meson -Dsim_mutant=N, which no other target sees), to show that the suite catches each:
 //   1  a slot goes back to the readers as soon as its copies are issued, not completed
 //   2  the engine's streams do not wait for the caller's stream

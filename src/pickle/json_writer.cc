@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/utf8.h"
+#include "zckpt/text.h"
 
-namespace zckpt::pickle {
+namespace zckpt {
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -34,6 +34,10 @@ std::string JsonString(std::string_view s) {
       });
   return out + "\"";
 }
+
+}  // namespace zckpt
+
+namespace zckpt::pickle {
 
 std::string JsonIntList(const std::vector<int64_t>& v) {
   std::string out = "[";

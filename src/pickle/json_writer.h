@@ -7,9 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "zckpt/text.h"
+
 namespace zckpt::pickle {
 
-std::string JsonString(std::string_view s);
+using zckpt::JsonString;
 std::string JsonIntList(const std::vector<int64_t>& v);
 std::string JsonStringList(const std::vector<std::string>& v);
 // Shortest round-trip text; JSON has no nan/inf, so those become null.

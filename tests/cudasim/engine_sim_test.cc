@@ -5,7 +5,7 @@
 // misuse the simulator caught (a slot refilled under its copy, a destination freed under a copy,
 // an event on another device's stream) fails the test that caused it.
 //
-// tools/sim-mutants.sh builds this suite against three deliberately broken engines and shows
+// tools/ci/sim-mutants.sh builds this suite against three deliberately broken engines and shows
 // that each fails it.
 #include <gtest/gtest.h>
 

@@ -23,7 +23,6 @@
 #include "zckpt/format.h"
 
 namespace zckpt::format {
-const char* ChecksumKernel();  // format/xxh3.h (that header would redirect XXH3_64bits here)
 namespace {
 
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {

@@ -11,7 +11,7 @@ Usage: make_seeds.py OUTDIR
   OUTDIR/pickle/  the object pickles (`data.pkl`) extracted from the zip archives, the legacy
                   files whole (fuzz_pickle runs ParseLegacy on inputs with the legacy magic),
                   and plain pickles of protocols 0-5
-tools/fuzz.sh then makes OUTDIR/zckpt/ from OUTDIR/pt/ with the built `zckpt convert` (raw,
+tools/ci/fuzz.sh then makes OUTDIR/zckpt/ from OUTDIR/pt/ with the built `zckpt convert` (raw,
 4 KiB chunks, and zstd). Everything is kept small: libFuzzer runs faster on small inputs.
 """
 import collections

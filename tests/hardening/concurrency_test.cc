@@ -3,7 +3,7 @@
 //
 // What must hold every time: a reader sees a complete, good file with exactly the expected
 // contents (digests of everything read are equal), never a partial one; nothing crashes; and,
-// in the ThreadSanitizer build (tools/sanitize.sh), no data race is reported.
+// in the ThreadSanitizer build (tools/ci/sanitize.sh), no data race is reported.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -2,7 +2,7 @@
 // engine and the reader threads (src/loader/{ring,plan,chunk_reader,pipeline,stream,
 // copy_engine_cpu}.cc), driven directly with host destinations. Built from those sources in every
 // build (they include no torch), so ThreadSanitizer can watch the reader threads, the ring and
-// the stop path (tools/sanitize.sh): LibTorch itself is not TSan-instrumented.
+// the stop path (tools/ci/sanitize.sh): LibTorch itself is not TSan-instrumented.
 //
 // Every load must deliver exactly the bytes Container::ReadChunk gives, with any number of
 // reader threads, slots and read methods, concurrently from several threads; a cancelled load and

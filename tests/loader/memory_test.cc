@@ -16,7 +16,7 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-// Under AddressSanitizer (tools/sanitize.sh builds the tool along with the test) every byte the
+// Under AddressSanitizer (tools/ci/sanitize.sh builds the tool along with the test) every byte the
 // loader touches also touches 1/8 byte of shadow memory, which counts in the RSS peak.
 #ifdef ZCKPT_UNDER_ASAN  // test_util.h
 uint64_t SanitizerShadow(uint64_t touched) { return touched / 8; }

@@ -1,6 +1,6 @@
 """The torch a build of zckpt runs under (zckpt/_abi.py), and `python -m zckpt` in the build.
 
-The refusal of a real installed wheel under another torch is tools/test-install.sh's
+The refusal of a real installed wheel under another torch is tools/install/test-install.sh's
 pip_refuses_other_torch; here: the rule itself, case by case, and the record this build wrote."""
 import os
 import subprocess

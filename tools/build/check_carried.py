@@ -1,5 +1,5 @@
 """Asserts that a build configured with the carried packages (.device-deps/root, made by
-tools/device-prep.sh) takes nothing of theirs from the host's /usr.
+tools/device/device-prep.sh) takes nothing of theirs from the host's /usr.
 
     check_carried.py BUILD DEPS_ROOT            after `meson setup`: the flags
     check_carried.py BUILD DEPS_ROOT --built    after a build: also the headers each object

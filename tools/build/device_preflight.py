@@ -1,4 +1,4 @@
-"""Preflight of tools/device-check.sh: everything the GPU run needs, checked before anything is
+"""Preflight of tools/device/device-check.sh: everything the GPU run needs, checked before anything is
 built, every missing piece listed at once (not the first one only).
 
     device_preflight.py --python PY --deps DEPS_ROOT --pkg-config WRAPPER --out preflight.json
@@ -99,8 +99,8 @@ def main():
     check("CUDA runtime headers", rc == 0 and inc.strip() != "", inc.replace("\n", " ") or "none (toolkit or torch's wheels)",
           fatal=True)
 
-    # The carried packages (tools/device-prep.sh): present, found by the carried pkgconf, complete.
-    check("carried packages (.device-deps)", os.path.isdir(args.deps), args.deps + " (run tools/device-prep.sh here and carry .device-deps)",
+    # The carried packages (tools/device/device-prep.sh): present, found by the carried pkgconf, complete.
+    check("carried packages (.device-deps)", os.path.isdir(args.deps), args.deps + " (run tools/device/device-prep.sh here and carry .device-deps)",
           fatal=True)
     if os.path.isdir(args.deps):
         rc, v = run([args.pkg_config, "--version"])

@@ -1,4 +1,4 @@
-"""Writes tools/device-check.sh's one summary JSON from its logs folder; run after every step so
+"""Writes tools/device/device-check.sh's one summary JSON from its logs folder; run after every step so
 a later failure (or the command's time limit) loses nothing. Standard library only.
 
     device_summary.py --logs LOGS --out summary.json [--print]

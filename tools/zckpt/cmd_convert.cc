@@ -11,11 +11,10 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "common/atomic_file.h"
-#include "convert_plan.h"
 #include "printable.h"
 #include "progress.h"
 #include "zckpt/convert.h"
+#include "zckpt/convert_folder.h"
 #include "zckpt/dcp.h"
 
 namespace zckpt::cli {
@@ -92,7 +91,7 @@ int RunJob(const Job& job, const FolderPlan* plan, const ConvertOptions& base, b
       return kExitOk;
     }
     if (job.action != FolderJob::Action::kConvert) {
-      CopyFileAtomically(job.source, job.destination);  // a source that shrinks: an error naming it
+      CopyFile(job.source, job.destination);  // a source that shrinks: an error naming it
       if (!quiet) {
         if (job.note.empty()) std::printf("%s -> %s (copied)\n", job.source.c_str(), job.destination.c_str());
         else std::printf("%s -> %s (copied, not converted: %s)\n", job.source.c_str(), job.destination.c_str(), job.note.c_str());

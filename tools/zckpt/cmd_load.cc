@@ -12,9 +12,9 @@
 #include "cli.h"
 #include "commands.h"
 #include "json_writer.h"
-#include "checkpoint/source_kind.h"
 #include "printable.h"
 #include "progress.h"
+#include "zckpt/inspect.h"
 #include "zckpt/loader.h"
 
 namespace zckpt::cli {
@@ -254,7 +254,7 @@ int RunLoad(const Argv& argv) {
     }
     if (bar) bar->Finish();
   } catch (const Error& caught) {
-    Error e = checkpoint::WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first
+    Error e = WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first
     if (!json) throw e;  // main prints "zckpt load: ..." and maps the kind to the exit code
     JsonWriter jw;
     int code = ExitCodeFor(e);

@@ -8,10 +8,8 @@
 #include "json_writer.h"
 #include "printable.h"
 #include "progress.h"
-#include "pickle/safety.h"
-#include "pickle/torch_model.h"
-#include "pickle/unpickler.h"
 #include "zckpt/container.h"
+#include "zckpt/inspect.h"
 
 namespace zckpt::cli {
 
@@ -58,37 +56,6 @@ Stats ChunkStats(const Container& c) {
     if (ch.codec == static_cast<uint8_t>(format::Codec::kZstd)) s.zstd_chunks++;
   }
   return s;
-}
-
-// What the kept object pickle holds besides tensors: globals outside torch (kept as opaque
-// objects, never run), numpy values, and the globals off zckpt's allowlist (which convert,
-// export and every load refuse unless allowed by name). Read with the restricted interpreter,
-// judged by the deny list only since ls hands the pickle to nothing; a pickle it refuses is
-// reported, not fatal, since ls only lists.
-struct PickleSummary {
-  bool present = false;
-  std::string error;
-  pickle::TorchPickle model;
-  std::vector<std::string> off_allowlist;  // "module.name", in order of first use
-};
-
-PickleSummary SummarizePickle(const Container& c) {
-  PickleSummary out;
-  auto blob = c.FindBlob(format::kObjectPickleBlob);
-  if (!blob) return out;
-  out.present = true;
-  try {
-    pickle::UnpickleOptions describe;
-    describe.globals = pickle::GlobalPolicy::kDenyListOnly;
-    pickle::UnpickleResult tree = pickle::Unpickle(c.CheckedBlobBytes(*blob), describe);
-    const pickle::GlobalVetter allowlist(pickle::GlobalPolicy::kAllowList, {});
-    for (const pickle::GlobalRef& g : tree.globals)
-      if (allowlist.Refusal(g.module, g.name)) out.off_allowlist.push_back(g.module + "." + g.name);
-    out.model = pickle::InterpretTorchPickle(tree);
-  } catch (const Error& e) {
-    out.error = e.what();
-  }
-  return out;
 }
 
 std::string FlagsString(uint32_t f) {
@@ -152,9 +119,9 @@ void PrintJson(const Container& c, const Stats& st, const PickleSummary& ps) {
     j.Key("pickle").BeginObject();
     if (!ps.error.empty()) j.Key("error").String(ps.error);
     j.Key("opaque_globals").BeginArray();
-    for (const auto& g : ps.model.opaque_globals) j.BeginObject().Key("name").String(g.name).Key("count").UInt(g.count).EndObject();
+    for (const auto& g : ps.opaque_globals) j.BeginObject().Key("name").String(g.name).Key("count").UInt(g.count).EndObject();
     j.EndArray().Key("numpy").BeginArray();
-    for (const auto& v : ps.model.numpy) {
+    for (const auto& v : ps.numpy) {
       j.BeginObject().Key("path").String(v.path).Key("dtype").String(v.dtype).Key("scalar").Bool(v.scalar).Key("shape").BeginArray();
       for (int64_t d : v.shape) j.Int(d);
       j.EndArray().EndObject();
@@ -228,11 +195,11 @@ void PrintText(const Container& c, const Stats& st, bool storages, const PickleS
   }
   if (!ps.error.empty())
     std::printf("\nOBJECT PICKLE: not readable by zckpt's interpreter: %s\n", Printable(ps.error).c_str());
-  if (!ps.model.opaque_globals.empty() || !ps.model.numpy.empty()) {
+  if (!ps.opaque_globals.empty() || !ps.numpy.empty()) {
     std::printf("\nOTHER OBJECTS (kept in the pickle, never executed)\n");
-    for (const auto& g : ps.model.opaque_globals)
+    for (const auto& g : ps.opaque_globals)
       std::printf("  %s x%llu\n", Column(g.name, 48).c_str(), static_cast<unsigned long long>(g.count));
-    for (const auto& v : ps.model.numpy)
+    for (const auto& v : ps.numpy)
       std::printf("  %s numpy %s %s\n", Column(v.path, 48).c_str(), v.scalar ? "scalar" : "array",
                   Printable(v.dtype + (v.scalar ? "" : " " + ShapeString(v.shape))).c_str());
   }
@@ -261,7 +228,7 @@ int RunLs(const Argv& argv) {
   if (args.positional().size() != 1) return UsageError("ls", "expected exactly one FILE");
   auto c = Container::Open(args.positional()[0]);
   Stats st = ChunkStats(*c);
-  PickleSummary ps = SummarizePickle(*c);
+  PickleSummary ps = SummarizeObjectPickle(*c);
   if (args.Has("json")) PrintJson(*c, st, ps);
   else PrintText(*c, st, args.Has("storages"), ps);
   return kExitOk;

@@ -4,13 +4,12 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/utf8.h"
-#include "pickle/json_writer.h"
+#include "zckpt/text.h"
 
 namespace zckpt::cli {
 
-// One escaping rule for every JSON zckpt writes: the pickle layer's (tensors' `extra`).
-std::string JsonEscape(std::string_view s) { return pickle::JsonString(s); }
+// One escaping rule for every JSON zckpt writes (zckpt/text.h; tensors' `extra` too).
+std::string JsonEscape(std::string_view s) { return JsonString(s); }
 
 namespace {
 

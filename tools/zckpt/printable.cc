@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "common/utf8.h"
+#include "zckpt/text.h"
 
 namespace zckpt::cli {
 

@@ -1,10 +1,11 @@
-// Strict UTF-8 decoding (RFC 3629), for the places that must show or serialize names taken from a
-// file: those are bytes, not necessarily UTF-8, and must never reach a JSON document or a
-// terminal unescaped.
+// Showing and serializing names taken from a file: strict UTF-8 decoding (RFC 3629) and JSON
+// strings. Those names are bytes, not necessarily UTF-8, and must never reach a JSON document or
+// a terminal unescaped; every JSON zckpt writes escapes them by one rule (JsonString).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace zckpt {
@@ -51,5 +52,10 @@ void ForEachUtf8(std::string_view s, Valid valid, Invalid invalid) {
     }
   }
 }
+
+// `s` as a JSON string, quotes included: valid UTF-8 as is (quote, backslash and control
+// characters escaped), each byte of an invalid sequence as the lone surrogate U+DC80 + byte
+// (Python's "surrogateescape": json.loads(...).encode("utf-8", "surrogateescape") gives it back).
+std::string JsonString(std::string_view s);
 
 }  // namespace zckpt

@@ -3,8 +3,8 @@
 # GoogleTest or nlohmann_json development files): Debian's packages of those (and zlib's, and
 # pkgconf itself), downloaded here with `apt-get download` and unpacked with `dpkg -x` into
 # .device-deps/root (git-ignored), to be carried to the device with the working tree:
-#   tools/device-prep.sh
-#   run(command="bash tools/device-check.sh", carry=[".device-deps"])
+#   tools/device/device-prep.sh
+#   run(command="bash tools/device/device-check.sh", carry=[".device-deps"])
 #
 # Made to work wherever the tree lands and without the host's /usr: every /usr path in the .pc
 # files is rewritten relative to the file itself (${pcfiledir}/...), absolute symlinks are made
@@ -12,7 +12,7 @@
 # libpkgconf) and links with an rpath into the carried tree. tools/build/check_carried.py then
 # asserts that no flag, header or library of these packages came from the host's /usr.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEPS=.device-deps
 PACKAGES=(libzstd-dev libzstd1 libxxhash-dev libxxhash0 libgtest-dev zlib1g-dev zlib1g nlohmann-json3-dev pkgconf-bin
           libpkgconf3)

@@ -1,4 +1,4 @@
-#include "convert_plan.h"
+#include "zckpt/convert_folder.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
 
-namespace zckpt::cli {
+namespace zckpt {
 
 namespace fs = std::filesystem;
 
@@ -96,4 +96,6 @@ void RewriteIndex(const FolderJob& job, const FolderPlan& plan) {
   out.Commit();
 }
 
-}  // namespace zckpt::cli
+void CopyFile(const std::string& source, const std::string& destination) { CopyFileAtomically(source, destination); }
+
+}  // namespace zckpt

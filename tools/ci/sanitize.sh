@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the project under sanitizers and runs its GoogleTest suites.
 #
-#   tools/sanitize.sh [--asan] [--tsan]       # default: both
+#   tools/ci/sanitize.sh [--asan] [--tsan]       # default: both
 #
 # ASan+UBSan: every C++ suite: format, pickle, pt, safetensors, convert, merge, hardening, cudasim and, when
 #   the project's Python has torch, the LibTorch-linked loader and save suites (-Dtorch=auto -Dpython_module=disabled,
@@ -23,13 +23,13 @@
 #
 # Environment:
 #   ZCKPT_ASAN_BUILD  ASan+UBSan build folder (default /tmp/zckpt-asan-build); an existing
-#                     folder is reused as configured (tools/hardening-ci.sh passes its fuzz build)
+#                     folder is reused as configured (tools/ci/hardening-ci.sh passes its fuzz build)
 #   ZCKPT_ASAN_TORCH  -Dtorch= of a new ASan+UBSan folder (default auto; disabled: torch-free only)
 #   ZCKPT_TSAN_BUILD  TSan build folder (default /tmp/zckpt-tsan-build)
 #   ZCKPT_VENV        the project's virtualenv (its torch writes .pt fixtures; default ~/.cache/zckpt/venv)
 #   ZCKPT_JOBS        build and test jobs (default 2)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SRC=$PWD
 ASAN_BUILD=${ZCKPT_ASAN_BUILD:-/tmp/zckpt-asan-build}
 TSAN_BUILD=${ZCKPT_TSAN_BUILD:-/tmp/zckpt-tsan-build}
@@ -96,7 +96,7 @@ run_suites() {
     junits+=("$build/meson-logs/$what.junit.xml")
     # A suite can fail after every case passed (a sanitizer's report at exit: a leak, a thread
     # never joined): its cases say nothing, so count it as one failure here.
-    if ((rc)) && python3 "$SRC/tools/count-tests.py" "$build/meson-logs/$what.junit.xml" >/dev/null; then
+    if ((rc)) && python3 "$SRC/tools/ci/count-tests.py" "$build/meson-logs/$what.junit.xml" >/dev/null; then
       log "$what: a suite failed outside its test cases (sanitizer report at exit?): counted as one failure"
       build_failures=$((build_failures + 1))
     fi
@@ -150,7 +150,7 @@ for t in json.load(sys.stdin):
 fi
 
 # `N passed, N failed, N skipped` over every case, a failed build counting as one failed case.
-counts=$( ((${#junits[@]})) && python3 "$SRC/tools/count-tests.py" "${junits[@]}" | tail -1)
+counts=$( ((${#junits[@]})) && python3 "$SRC/tools/ci/count-tests.py" "${junits[@]}" | tail -1)
 read -r passed failed skipped < <(sed -E 's/([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped.*/\1 \2 \3/' <<<"${counts:-0 passed, 0 failed, 0 skipped}")
 failed=$((failed + build_failures))
 ((failed)) && status=1

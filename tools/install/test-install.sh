@@ -27,7 +27,7 @@
 #                            both installs build against
 #   ZCKPT_INSTALL_TEST_KEEP  1: keep the temporary folder (printed) for a look afterwards
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SRC=$PWD
 VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 PY=$VENV/bin/python
@@ -86,7 +86,7 @@ EOF
 # the CMakeLists.txt users copy, compiled here as written.
 readme_block() {
   awk -v lang="$1" '
-    /<!-- tools\/test-install.sh/ { armed = 1; next }
+    /<!-- tools\/install\/test-install.sh/ { armed = 1; next }
     armed && $0 == "```" lang { inside = 1; armed = 0; next }
     inside && $0 == "```" { exit }
     inside { print }' README.md

@@ -13,7 +13,7 @@
 # Environment: ZCKPT_MUTANT_BUILD (build folder, default /tmp/zckpt-sim-mutants), ZCKPT_VENV (the
 # Python whose site-packages may hold CUDA headers, default ~/.cache/zckpt/venv), ZCKPT_JOBS.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SRC=$PWD
 BUILD=${ZCKPT_MUTANT_BUILD:-/tmp/zckpt-sim-mutants}
 VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}

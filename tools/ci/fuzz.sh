@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for a while.
 #
-#   tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     # default 60 s, every target
+#   tools/ci/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     # default 60 s, every target
 #
 # Targets (tests/fuzz/): fuzz_container (the .zckpt reader), fuzz_pickle (the restricted
 # unpickler, torch.save interpretation, legacy format), fuzz_pt_archive (zip reader and torch's
@@ -19,10 +19,10 @@
 #   ZCKPT_JOBS        build jobs (default 2)
 #   ZCKPT_FUZZ_ARGS   extra libFuzzer flags
 #   ZCKPT_FUZZ_TORCH  -Dtorch= of a new build folder (default disabled: the targets need no torch;
-#                     tools/hardening-ci.sh passes auto, its ASan+UBSan suites include the loader's)
+#                     tools/ci/hardening-ci.sh passes auto, its ASan+UBSan suites include the loader's)
 # A crash replays with: $ZCKPT_FUZZ_BUILD/tests/fuzz/TARGET ARTIFACT
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SRC=$PWD
 SECONDS_PER_TARGET=${1:-60}
 shift $(( $# > 0 ? 1 : 0 ))

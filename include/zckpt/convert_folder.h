@@ -3,13 +3,14 @@
 // .distcp shards as a whole), rewrite it (a sharded checkpoint's index, to name the converted
 // shards), copy it (config.json, tokenizer files, ...), or stop at it (a checkpoint in a format
 // zckpt does not convert: TorchScript, GGUF, numpy, a stray .distcp file), unless --copy-unknown
-// says to copy those too.
+// says to copy those too. `zckpt convert` runs the plan: ConvertFile, ConvertDcpFolder,
+// RewriteIndex, CopyFile per job.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace zckpt::cli {
+namespace zckpt {
 
 struct FolderJob {
   enum class Action {
@@ -41,4 +42,9 @@ FolderPlan PlanFolder(const std::string& src, const std::string& out, bool only_
 // index, kIo).
 void RewriteIndex(const FolderJob& job, const FolderPlan& plan);
 
-}  // namespace zckpt::cli
+// Copies `source` to `destination` as a folder conversion copies: the destination appears only
+// complete (temporary, fsync, rename); a source that shrinks while it is read is an Error(kIo)
+// naming it.
+void CopyFile(const std::string& source, const std::string& destination);
+
+}  // namespace zckpt

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared script for a CUDA host (H200, torch 2.11+cu130 with Python 3.12 in its python3,
 # nvcc, meson, ninja; no network, no pkg-config, no zstd/xxHash/GoogleTest development files):
-#   here:    tools/device-prep.sh       (those packages and pkgconf, into .device-deps/)
-#   device:  bash tools/device-check.sh (device tool: carry=[".device-deps"], timeout 600)
+#   here:    tools/device/device-prep.sh       (those packages and pkgconf, into .device-deps/)
+#   device:  bash tools/device/device-check.sh (device tool: carry=[".device-deps"], timeout 600)
 #
 # Made so the one try cannot be wasted:
 #   preflight      everything missing, listed at once, before anything is built; without what
@@ -33,7 +33,7 @@
 # ZCKPT_DEVICE_BUILD (build-device), ZCKPT_DEVICE_WORK (/tmp/zckpt-device: large files, logs),
 # ZCKPT_DEVICE_SECONDS (540), ZCKPT_DEVICE_BUDGET_SCALE (1; a rehearsal on 2 cores needs ~10).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SRC=$PWD
 OUT=${OUT:-/tmp/zckpt-device-out}
 PY=${ZCKPT_DEVICE_PYTHON:-python3}
