@@ -154,23 +154,8 @@ LoadIntoReport LoadInto(const std::string& path, const std::vector<std::pair<std
 LoadIntoReport LoadInto(const Container& container, const std::vector<std::pair<std::string, at::Tensor>>& targets,
                         const LoadIntoOptions& options = {});
 
-// A run of a saved tensor's elements: [begin, begin + target.numel()) in its row-major order,
-// copied into `target` (contiguous, same dtype, any shape). How a loader fills a shard laid out
-// differently from the file's (FSDP1's FlatParameter from per-parameter ShardedTensor chunks).
-struct RangeTarget {
-  std::string name;
-  uint64_t begin = 0;
-  at::Tensor target;
-};
-
-// Copies element ranges of the file's tensors into existing tensors, in place, chunk by chunk
-// straight into each target (no temporary; a CUDA target through the pinned ring). Several
-// ranges may name one tensor. Before the first byte moves, every range is checked: the name is
-// in the file, dtypes are equal, the saved tensor is contiguous in its storage, the target is
-// contiguous and the range lies inside the tensor (one Error(kInvalidArgument) listing every
-// problem). Chunks are checksummed as in Load. Report: tensors_copied = ranges.
-LoadIntoReport LoadRanges(const std::string& path, const std::vector<RangeTarget>& ranges,
-                          const LoadOptions& options = {});
+// Parts of saved tensors (boxes, element runs) into existing tensors: LoadRegions
+// (zckpt/load_regions.h).
 
 struct MapStats {
   uint64_t mapped_bytes = 0;   // storage bytes aliasing the mapping

@@ -45,6 +45,21 @@ bool SavedContiguous(const TensorInfo& t) {
   return true;
 }
 
+std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
+  c10::ScalarType st;
+  try {
+    st = ToScalarType(t.dtype, "'" + name + "'");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (st != target.scalar_type())
+    return "dtype mismatch for '" + name + "': the file has " + std::string(DTypeName(t.dtype)) + ", the target has " +
+           std::string(c10::toString(target.scalar_type()));
+  if (c10::isQIntType(st) || (t.flags & format::kTensorQuantized))
+    return "'" + name + "' is quantized: not supported by LoadInto";
+  return "";
+}
+
 ViewCopyReport CopyViews(const Container& c, std::vector<ViewCopy> copies, const LoadOptions& options,
                          std::chrono::steady_clock::time_point t0) {
   ViewCopyReport report;

@@ -36,6 +36,9 @@ std::string TargetProblem(const std::string& name, const at::Tensor& target);
 // The view's bytes are contiguous in element order and need no conj/neg fix-up.
 bool SavedContiguous(const TensorInfo& t);
 
+// Why the file's dtype `t.dtype` cannot go into `target`'s as is (LoadInto, element runs), or "".
+std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target);
+
 // A saved view contiguous in its storage going to a contiguous target of the same dtype is read
 // straight into the target; anything else (strided or offset views, conj/neg bits, non-contiguous
 // targets, another dtype) stages the view's byte range in a host buffer and copy_()s it (which

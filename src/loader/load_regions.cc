@@ -1,4 +1,5 @@
-// LoadRegions: boxes of tensor records into existing tensors (include/zckpt/load_regions.h).
+// LoadRegions: boxes and element runs of tensor records into existing tensors
+// (include/zckpt/load_regions.h).
 #include "zckpt/load_regions.h"
 
 #include <chrono>
@@ -56,8 +57,33 @@ std::optional<TensorInfo> Narrow(const TensorInfo& t, const Region& r, std::stri
   return v;
 }
 
+// The record `t` narrowed to the element run, or why it cannot be: a 1-D view of its storage
+// going to the target's flat alias, streamed chunk by chunk straight into the target.
+std::optional<TensorInfo> Run(const TensorInfo& t, const Region& r, std::string* why) {
+  const std::string& name = r.tensor;
+  *why = loader::DTypeProblem(t, name, r.target);
+  if (why->empty() && !loader::SavedContiguous(t))
+    *why = "'" + name + "' is not contiguous in its storage: element ranges need a contiguous saved tensor";
+  if (why->empty() && !r.target.is_contiguous()) *why = "the target of '" + name + "' is not contiguous";
+  const uint64_t item = DTypeSize(t.dtype);
+  const uint64_t numel = t.byte_end > t.byte_begin ? (t.byte_end - t.byte_begin) / item : 0;
+  const auto count = static_cast<uint64_t>(r.target.numel());
+  if (why->empty() && (r.begin > numel || count > numel - r.begin))
+    *why = "elements [" + std::to_string(r.begin) + ", " + std::to_string(r.begin + count) + ") of '" + name +
+           "' are past its " + std::to_string(numel) + " elements";
+  if (!why->empty()) return std::nullopt;
+  TensorInfo v = t;
+  v.shape = {static_cast<int64_t>(count)};
+  v.stride = {1};
+  v.storage_offset = t.storage_offset + r.begin;
+  v.byte_begin = t.byte_begin + r.begin * item;
+  v.byte_end = count ? v.byte_begin + count * item : v.byte_begin;
+  return v;
+}
+
 std::string TargetProblem(const Region& r) {
   if (std::string why = loader::TargetProblem(r.tensor, r.target); !why.empty()) return why;
+  if (r.elements) return "";
   if (c10::IntArrayRef(r.lengths) != r.target.sizes())
     return "target '" + r.tensor + "' has shape " + Dims(r.target.sizes().vec()) + ", the box has lengths " + Dims(r.lengths);
   return "";
@@ -75,13 +101,13 @@ LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>
   for (const Region& r : regions) {
     std::optional<uint32_t> i = c->FindTensor(r.tensor);
     if (!i) {
-      problems.push_back("no tensor '" + r.tensor + "'");
+      problems.push_back("'" + r.tensor + "' is not in the file");
       continue;
     }
     TensorInfo t = c->tensor(*i);
     std::string why = TargetProblem(r);
     std::optional<TensorInfo> v;
-    if (why.empty()) v = Narrow(t, r, &why);
+    if (why.empty()) v = r.elements ? Run(t, r, &why) : Narrow(t, r, &why);
     if (!why.empty()) {
       problems.push_back(why);
       continue;
@@ -92,7 +118,7 @@ LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>
       problems.push_back(e.what());
       continue;
     }
-    copies.push_back(loader::ViewCopy{r.target, std::move(*v)});
+    copies.push_back(loader::ViewCopy{r.elements ? r.target.view({-1}) : r.target, std::move(*v)});
   }
   if (!problems.empty()) {
     std::string msg = "cannot load regions of " + path + ":";

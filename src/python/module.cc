@@ -18,6 +18,7 @@
 #include "zckpt/convert.h"
 #include "zckpt/verify.h"
 #include "zckpt/error.h"
+#include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
 
 namespace py = pybind11;
@@ -159,17 +160,18 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
   return {report.missing, report.unexpected};
 }
 
-// (name, first element, target) triples: see zckpt::LoadRanges. Returns the bytes copied.
+// (name, first element, target) triples: element runs of LoadRegions (zckpt/load_regions.h).
+// Returns the bytes copied.
 uint64_t LoadRangesInto(const std::string& path, const std::vector<std::tuple<std::string, uint64_t, at::Tensor>>& ranges,
                         bool verify, const std::vector<std::string>& allow_globals) {
-  std::vector<RangeTarget> targets;
-  targets.reserve(ranges.size());
-  for (const auto& [name, begin, target] : ranges) targets.push_back(RangeTarget{name, begin, target});
+  std::vector<Region> regions;
+  regions.reserve(ranges.size());
+  for (const auto& [name, begin, target] : ranges) regions.push_back(ElementRun(name, begin, target));
   py::gil_scoped_release release;
   LoadOptions options;
   options.verify = verify;
   options.allow_globals = allow_globals;
-  return LoadRanges(path, targets, options).stats.raw_bytes;
+  return LoadRegions(path, regions, options).stats.raw_bytes;
 }
 
 py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,

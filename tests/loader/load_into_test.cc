@@ -9,6 +9,7 @@
 #include "test_util.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
+#include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
 
 namespace zckpt {
@@ -152,25 +153,25 @@ TEST(LoadInto, BumpsVersionCountersAndWorksUnderLeafRequiresGrad) {
   ExpectLoadedValues(path, {{"w", w.detach()}, {"wt", wt.detach()}});
 }
 
-// LoadRanges: element runs of saved tensors into existing tensors (FSDP1's FlatParameter shards
-// are filled this way from per-parameter shards).
-TEST(LoadRanges, CopiesElementRunsStraightIntoTargets) {
+// LoadRegions with element runs: runs of saved tensors into existing tensors (FSDP1's
+// FlatParameter shards are filled this way from per-parameter shards).
+TEST(LoadRegionsElementRuns, CopiesElementRunsStraightIntoTargets) {
   testing::TempDir dir;
   Fixture f = Model();
   std::string path = f.WriteIn(dir, "m.zckpt");
   LoadResult want = Load(path, kCpu);
   at::Tensor flat = at::zeros({100 + 2500 + 1000}, at::kFloat);  // one buffer, three runs in it
   at::Tensor big = at::zeros({3000}, at::kBFloat16);
-  std::vector<RangeTarget> ranges = {
-      {"a", 1000, flat.narrow(0, 0, 100)},                   // crosses a chunk boundary (4 KiB chunks)
-      {"b", 0, flat.narrow(0, 100, 2500)},                   // the whole tensor
-      {"c", 1, flat.narrow(0, 2600, 1000).view({2, 500})},  // the last 1000 of 1001; any target shape
-      {"big", 100000, big},
+  std::vector<Region> ranges = {
+      ElementRun("a", 1000, flat.narrow(0, 0, 100)),                   // crosses a chunk boundary (4 KiB chunks)
+      ElementRun("b", 0, flat.narrow(0, 100, 2500)),                   // the whole tensor
+      ElementRun("c", 1, flat.narrow(0, 2600, 1000).view({2, 500})),  // the last 1000 of 1001; any target shape
+      ElementRun("big", 100000, big),
   };
   void* ptr = flat.data_ptr();
-  LoadIntoReport r = LoadRanges(path, ranges);
+  LoadRegionsReport r = LoadRegions(path, ranges);
   EXPECT_EQ(flat.data_ptr(), ptr);
-  EXPECT_EQ(r.tensors_copied, 4u);
+  EXPECT_EQ(r.regions, 4u);
   auto part = [&](const char* name, int64_t begin, int64_t n) {
     return want.get(name).reshape(-1).narrow(0, begin, n).contiguous();
   };
@@ -180,21 +181,21 @@ TEST(LoadRanges, CopiesElementRunsStraightIntoTargets) {
   EXPECT_TRUE(testing::SameBytes(big, part("big", 100000, 3000)));
 }
 
-TEST(LoadRanges, EveryProblemIsFoundBeforeAnyByteMoves) {
+TEST(LoadRegionsElementRuns, EveryProblemIsFoundBeforeAnyByteMoves) {
   testing::TempDir dir;
   Fixture f = Model();
   std::string path = f.WriteIn(dir, "m.zckpt");
   at::Tensor untouched = at::full({10}, 7.0, at::kFloat);
-  std::vector<RangeTarget> ranges = {
-      {"a", 0, untouched},                                    // fine: must stay 7s
-      {"a", 2995, at::zeros({6}, at::kFloat)},                // past the 3000 elements
-      {"at", 0, at::zeros({10}, at::kFloat)},                 // transposed in its storage
-      {"big", 0, at::zeros({10}, at::kFloat)},                // bfloat16 in the file
-      {"nope", 0, at::zeros({1}, at::kFloat)},                // not in the file
-      {"b", 0, at::zeros({10, 2}, at::kFloat).select(1, 0)},  // target not contiguous
+  std::vector<Region> ranges = {
+      ElementRun("a", 0, untouched),                                    // fine: must stay 7s
+      ElementRun("a", 2995, at::zeros({6}, at::kFloat)),                // past the 3000 elements
+      ElementRun("at", 0, at::zeros({10}, at::kFloat)),                 // transposed in its storage
+      ElementRun("big", 0, at::zeros({10}, at::kFloat)),                // bfloat16 in the file
+      ElementRun("nope", 0, at::zeros({1}, at::kFloat)),                // not in the file
+      ElementRun("b", 0, at::zeros({10, 2}, at::kFloat).select(1, 0)),  // target not contiguous
   };
   try {
-    LoadRanges(path, ranges);
+    LoadRegions(path, ranges);
     FAIL();
   } catch (const Error& e) {
     std::string m = e.what();

@@ -3,7 +3,7 @@
 Per rank, after building the model and optimizer, each path runs in turn with the peak RSS
 reset before it (malloc_trim, then `/proc/self/clear_refs` 5, Linux >= 4.0); reported: the rise of VmHWM over the
 RSS before the path, next to this rank's shard bytes. Paths:
-  fsdp1 load_into        zckpt.load_into(model file, FSDP1 model): LoadRanges into FlatParameter shards
+  fsdp1 load_into        zckpt.load_into(model file, FSDP1 model): LoadRegions element runs into FlatParameter shards
   fsdp1 fallback         zckpt's FSDP fallback: shards streamed into ShardedTensors + FSDP load_state_dict
   fsdp1 torch.load       verl: torch.load(.pt) + load_state_dict under SHARDED_STATE_DICT
   fsdp2 load_into        zckpt.load_into(model file, fully_shard model): into DTensor local shards

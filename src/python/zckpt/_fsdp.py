@@ -13,8 +13,8 @@ reads. So zckpt never fills them. It writes the live FlatParameter shard instead
 
 Each needed element run is copied from the file that holds it (this rank's, or the sibling file
 of the rank that saved those rows, `..._world_size_W_rank_K.zckpt` in the same folder) straight
-into the FlatParameter shard: zckpt.LoadRanges streams the chunks holding those bytes into the
-shard's memory, checksums checked. No all-gather, no state-dict copy, no collective.
+into the FlatParameter shard: zckpt::LoadRegions' element runs stream the chunks holding those
+bytes into the shard's memory, checksums checked. No all-gather, no state-dict copy, no collective.
 
 Memory (host and device): nothing beyond the loader's ring (slots x slot size, 4 x 8 MiB by
 default; on a CUDA target a pinned host ring of the same size). Reads: this rank's shard
