@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,10 @@ struct LoadOptions {
   // Also the raw bytes of one batch read straight into CPU destinations (0: 64 MiB).
   uint64_t slot_bytes = 0;
   unsigned reader_threads = DefaultReaderThreads();  // threads reading + checking chunks (>= 1)
-  unsigned slots = std::max(4u, reader_threads + 2);  // ring slots (>= 1): every reader one, plus two in copy
+  // Ring slots (>= 1): every reader one, plus two in copy. Unset (the default): max(4,
+  // reader_threads + 2) of the reader_threads the load runs with (RingSlots), so raising
+  // reader_threads raises it.
+  std::optional<unsigned> slots;
   bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
   // Load: also build TensorSet::tree from the kept object pickle (a malformed pickle is then an
   // error). Off: the tensors only, the tree None.
@@ -64,6 +68,9 @@ struct LoadOptions {
   // Polled between slots; when it becomes true the load stops with Error(kCancelled).
   const std::atomic<bool>* cancel = nullptr;
 };
+
+// The ring slots a load with `o` uses (at most: never more than batches that need a slot).
+inline unsigned RingSlots(const LoadOptions& o) { return o.slots ? *o.slots : std::max(4u, o.reader_threads + 2); }
 
 struct LoadStats {
   uint64_t raw_bytes = 0;     // bytes delivered into destinations (decoded)

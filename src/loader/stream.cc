@@ -36,7 +36,7 @@ ReadMethod Resolve(ReadMethod m) { return m == ReadMethod::kAuto ? ReadMethod::k
 }  // namespace
 
 uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes) {
-  if (o.slots == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::slots must be at least 1");
+  if (RingSlots(o) == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::slots must be at least 1");
   if (o.reader_threads == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::reader_threads must be at least 1");
   if (o.slot_bytes == 0) return std::max(chunk_bytes, kDefaultSlotBytes);
   uint64_t aligned = (o.slot_bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
@@ -59,10 +59,10 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   po.read_into_destination = o.cpu_read_into_destination && reader.method() != ReadMethod::kDirect;
   Plan plan = MakePlan(c, d, po);
 
-  std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, o.slots);
+  std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, RingSlots(o));
   PipelineConfig config;
   config.reader_threads = o.reader_threads;
-  config.slots = o.slots;
+  config.slots = RingSlots(o);
   config.slot_capacity = po.slot_capacity;
   config.progress = o.progress;
   config.cancel = o.cancel;

@@ -642,16 +642,16 @@ TEST_F(Sim, PinnedRingIsReusedAcrossCalls) {
     std::cout << "call " << i << ": cache off: " << uncached[i].allocs << " pinned allocs, " << uncached[i].frees
               << " frees, " << uncached[i].syncs << " device-wide syncs; cache on: " << cached[i].allocs << ", "
               << cached[i].frees << ", " << cached[i].syncs << "\n";
-  EXPECT_EQ(cached[0].allocs, o.slots);
+  EXPECT_EQ(cached[0].allocs, *o.slots);
   for (size_t i = 1; i < cached.size(); ++i) {
     EXPECT_EQ(cached[i].allocs, 0u) << "call " << i;
     EXPECT_EQ(cached[i].frees, 0u) << "call " << i;
     EXPECT_EQ(cached[i].syncs, 0u) << "call " << i;
   }
   for (const PerCall& u : uncached) {  // what every call cost before the cache
-    EXPECT_EQ(u.allocs, o.slots);
-    EXPECT_EQ(u.frees, o.slots);
-    EXPECT_EQ(u.syncs, 2 * o.slots);
+    EXPECT_EQ(u.allocs, *o.slots);
+    EXPECT_EQ(u.frees, *o.slots);
+    EXPECT_EQ(u.syncs, 2 * *o.slots);
   }
 }
 

@@ -493,5 +493,30 @@ TEST(Load, SlotBytesRoundUpToTheChunk) {
   EXPECT_EQ(Load(path, kCpu, o).stats.slot_bytes, 8u << 20);
 }
 
+// The ring's slots follow the reader threads the load runs with (--slots' default "threads + 2,
+// at least 4"), not the default thread count of when the options were built.
+TEST(LoadOptions, SlotsFollowTheReaderThreads) {
+  LoadOptions o;
+  EXPECT_FALSE(o.slots);  // "the default": resolved when the load runs
+  o.reader_threads = 10;
+  EXPECT_EQ(RingSlots(o), 12u);
+  o.reader_threads = 1;
+  EXPECT_EQ(RingSlots(o), 4u);
+  o.slots = 3;
+  EXPECT_EQ(RingSlots(o), 3u);
+
+  testing::TempDir dir;
+  Fixture f;
+  f.AddContiguous("w", DType::kFloat32, {64, 1024}, 7);  // 256 KiB: 64 slot batches of 4 KiB
+  std::string path = f.WriteIn(dir, "m.zckpt");
+  LoadOptions load;
+  load.reader_threads = 9;
+  load.slot_bytes = 4096;
+  load.cpu_read_into_destination = false;  // every chunk through the ring
+  LoadResult r = Load(path, kCpu, load);
+  EXPECT_EQ(r.stats.reader_threads, 9u);
+  EXPECT_EQ(r.stats.slots, 11u);
+}
+
 }  // namespace
 }  // namespace zckpt

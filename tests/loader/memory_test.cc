@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(Methods, MemoryBound,
                          ::testing::Values("--method pread", "--method mmap", "--method direct",
                                            "--method pread --ring-only", "--method mmap --ring-only",
                                            "--method pread --into", "--method mmap --into --ring-only",
-                                           "--method pread --threads 4 --slots 8 --chunk-bytes 1M"),
+                                           "--method pread --threads 4 --slots 8 --slot-bytes 1M"),
                          [](const auto& info) {
                            std::string n = std::regex_replace(info.param, std::regex("[^a-z0-9]+"), "_");
                            return n.substr(1);
@@ -124,7 +124,7 @@ TEST(LoadCommand, ReportsAndExitCodes) {
   EXPECT_NE(ok.out.find("loaded"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("GB/s"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("host RSS: peak"), std::string::npos) << ok.out;
-  Loaded js = RunLoad(testing::ShellQuote(path) + " --json --threads 3 --slots 2 --chunk-bytes 64K");
+  Loaded js = RunLoad(testing::ShellQuote(path) + " --json --threads 3 --slots 2 --slot-bytes 64K");
   EXPECT_EQ(js.status, 0) << js.out;
   EXPECT_EQ(Field(js.out, "bytes"), 300u * 300 * 4 + 300 * 4) << js.out;
   EXPECT_EQ(Field(js.out, "slot_bytes"), 64u << 10) << js.out;

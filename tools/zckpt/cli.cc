@@ -154,6 +154,11 @@ bool SameFile(const std::string& a, const std::string& b) {
   return ec ? a == b : ca == cb;
 }
 
+void WarnDeprecated(const Args& args, const std::string& command, const std::string& key, const std::string& old_spelling,
+                    const std::string& advice) {
+  if (args.Has(key)) std::fprintf(stderr, "zckpt %s: %s is deprecated: %s\n", command.c_str(), old_spelling.c_str(), advice.c_str());
+}
+
 int UsageError(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "zckpt %s: %s\nTry 'zckpt %s --help'.\n", command.c_str(), Printable(message, true).c_str(),
                command.c_str());

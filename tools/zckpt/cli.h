@@ -52,6 +52,11 @@ bool SameFile(const std::string& a, const std::string& b);
 // zckpt-load and, in a build tree, the Python package.
 std::string SelfDir();
 
+// An option given by a deprecated spelling (kept working for one release): when `key` was given,
+// prints "zckpt CMD: OLD is deprecated: ADVICE" to stderr.
+void WarnDeprecated(const Args& args, const std::string& command, const std::string& key, const std::string& old_spelling,
+                    const std::string& advice);
+
 // Prints "zckpt CMD: message" to stderr and returns kExitCannotRun.
 int UsageError(const std::string& command, const std::string& message);
 

@@ -221,6 +221,9 @@ int RunConvert(const Argv& argv) {
     }
     Job job{src, args.Get("output").value_or(DefaultDestination(src)), FolderJob::Action::kConvert, ""};
     if (SameFile(job.destination, src)) return UsageError("convert", "the destination is the source file: " + src);
+    if (!args.Has("force") && fs::is_directory(job.destination, ec))  // --force would not replace it either
+      return UsageError("convert", job.destination + " is a folder: a file converts to a file (-o " +
+                                       (fs::path(job.destination) / fs::path(DefaultDestination(src)).filename()).string() + ")");
     if (std::string why = MisleadingExtension(job.destination, ".zckpt", "a zckpt container"); !why.empty())
       return UsageError("convert", why);
     if (!args.Has("force") && Exists(job.destination)) return RefuseExisting("convert", {job.destination});

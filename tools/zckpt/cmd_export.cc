@@ -1,5 +1,6 @@
 // `zckpt export SRC.zckpt -o DST.pt` / `-o DST.safetensors`, and `zckpt export DCP_DIR -o OUTDIR`.
 #include <cstdio>
+#include <filesystem>
 
 #include "cli.h"
 #include "commands.h"
@@ -71,6 +72,11 @@ int RunExport(const Argv& argv) {
                                       args.positional()[0] + " -o OUT' writes its model as safetensors");
     return ExportDcp(args.positional()[0], *out, args.Has("force"), args.GetAll("allow-global"));
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(args.positional()[0], ec))
+    return UsageError("export", args.positional()[0] + " is a folder: export takes one container (SRC.zckpt) or a DCP " +
+                                    "folder converted by 'zckpt convert'; export each container of it, or 'zckpt merge " +
+                                    args.positional()[0] + " -o OUT' writes the full model");
   if (std::string why = MisleadingExtension(*out, format == "pt" ? ".pt" : ".safetensors",
                                             format == "pt" ? "a torch.save file" : "a safetensors file");
       !why.empty())

@@ -22,12 +22,12 @@ namespace zckpt::cli {
 namespace {
 
 constexpr const char* kHelp =
-    "usage: zckpt load FILE [--device cpu|cuda[:N]] [--no-verify] [--chunk-bytes N] [--slots N]\n"
+    "usage: zckpt load FILE [--device cpu|cuda[:N]] [--no-verify] [--slot-bytes N] [--slots N]\n"
     "                  [--threads N] [--method auto|pread|mmap|direct] [--ring-only] [--buffered]\n"
     "                  [--into | --map] [--json] [--allow-global MOD.NAME]...\n\n"
     "Loads every tensor of FILE onto the device (default cpu) through the streaming loader:\n"
     "--threads reader threads (default half the hardware threads, 2 to 8) fill a ring of\n"
-    "--slots host buffers (default threads + 2, at least 4) of --chunk-bytes each (default\n"
+    "--slots host buffers (default threads + 2, at least 4) of --slot-bytes each (default\n"
     "max(chunk, 8 MiB)), pinned for cuda, checking each chunk's XXH3 (--no-verify skips that),\n"
     "while the previous ones are copied to the device. Reports bytes, seconds, GB/s, the peak\n"
     "host RSS (VmHWM, and its growth over the RSS before the load) and, on cuda, the peak device\n"
@@ -193,8 +193,8 @@ void PrintText(const std::string& path, const Report& r) {
 
 int RunLoad(const Argv& argv) {
   Args args(argv, {"help", "json", "no-verify", "ring-only", "buffered", "into", "map"},
-            {"device", "chunk-bytes", "slots", "threads", "method", "progress", "allow-global"},
-            {{"h", "help"}, {"j", "threads"}});
+            {"device", "slot-bytes", "chunk-bytes", "slots", "threads", "j-threads", "method", "progress", "allow-global"},
+            {{"h", "help"}, {"j", "j-threads"}});
   if (!args.ok()) return UsageError("load", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
@@ -212,9 +212,13 @@ int RunLoad(const Argv& argv) {
   options.allow_globals = args.GetAll("allow-global");
   options.cpu_read_into_destination = !args.Has("ring-only");
   options.direct_when_uncached = !args.Has("buffered");
-  auto slot = args.GetSize("chunk-bytes");
+  // Former spellings, for one release: --chunk-bytes is the chunk size in convert and merge, -j
+  // the number of files at once (--jobs) in convert.
+  WarnDeprecated(args, "load", "chunk-bytes", "--chunk-bytes", "the ring slot size is --slot-bytes");
+  WarnDeprecated(args, "load", "j-threads", "-j", "reader threads are --threads (-j is --jobs in convert)");
+  auto slot = args.Has("slot-bytes") ? args.GetSize("slot-bytes") : args.GetSize("chunk-bytes");
   auto slots = args.GetInt("slots");
-  auto threads = args.GetInt("threads");
+  auto threads = args.Has("threads") ? args.GetInt("threads") : args.GetInt("j-threads");
   if (!args.ok()) return UsageError("load", args.error());
   if (slot) options.slot_bytes = *slot;
   if (slots && *slots < 1) return UsageError("load", "--slots must be >= 1");
@@ -256,12 +260,7 @@ int RunLoad(const Argv& argv) {
   } catch (const Error& caught) {
     Error e = WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first
     if (!json) throw e;  // main prints "zckpt load: ..." and maps the kind to the exit code
-    JsonWriter jw;
-    int code = ExitCodeFor(e);
-    jw.BeginObject().Key("file").String(path).Key("status").String(code == kExitBad ? "corrupt" : "error");
-    jw.Key("error").String(e.what()).EndObject();
-    std::printf("%s\n", jw.str().c_str());
-    return code;
+    return PrintJsonError("load", path, e);
   }
   if (json) PrintJson(path, r);
   else PrintText(path, r);

@@ -226,7 +226,15 @@ int RunLs(const Argv& argv) {
     return kExitOk;
   }
   if (args.positional().size() != 1) return UsageError("ls", "expected exactly one FILE");
-  auto c = Container::Open(args.positional()[0]);
+  const std::string& path = args.positional()[0];
+  std::unique_ptr<Container> c;
+  try {
+    c = Container::Open(path);
+  } catch (const Error& caught) {
+    Error e = WithNotAContainerHint(caught, path);  // `zckpt ls x.pt`: convert it first
+    if (!args.Has("json")) throw e;
+    return PrintJsonError("ls", path, e);  // the shape load and verify print
+  }
   Stats st = ChunkStats(*c);
   PickleSummary ps = SummarizeObjectPickle(*c);
   if (args.Has("json")) PrintJson(*c, st, ps);

@@ -33,7 +33,7 @@ constexpr const char* kHelp =
     "every non-tensor item is a torch.save archive naming no code-running global, and every\n"
     "container of the folder verifies in full (.distcp files carry no checksums to check).\n\n"
     "options:\n"
-    "  -j, --threads N        checking threads per file (default: all cores)\n"
+    "  --threads N            checking threads per file (default: all cores)\n"
     "  -q, --quiet            print only the containers that are not OK (and the summary)\n"
     "  --json                 one JSON array, an object per container (and per DCP folder,\n"
     "                         with \"kind\": \"dcp\")\n";
@@ -45,6 +45,14 @@ constexpr const char* kHelpTail =
     "  2  at least one could not be checked (missing, unreadable, not a container, unsupported\n"
     "     version), a folder holding no container, or bad usage (2 wins over 1)\n";
 
+// A problem escaped for one line, but for the hint WithNotAContainerHint appends
+// ("\n  hint: ..."), which goes on a line of its own, indented under it.
+std::string WithHintLine(const std::string& p) {
+  const size_t at = p.rfind("\n  hint: ");
+  if (at == std::string::npos) return Printable(p);
+  return Printable(p.substr(0, at)) + "\n    " + Printable(p.substr(at + 3));
+}
+
 // The exit code of one file's result.
 int ExitCodeOf(const VerifiedFile& r) {
   return r.status == VerifyStatus::kOk ? kExitOk : r.status == VerifyStatus::kCorrupt ? kExitBad : kExitCannotRun;
@@ -52,6 +60,10 @@ int ExitCodeOf(const VerifiedFile& r) {
 
 // What a DCP folder's OK line says was checked.
 std::string DcpSummary(const VerifiedFile& r) {
+  if (r.containers == 0)  // FileSystemWriter's layout: no byte of it carries a checksum
+    return "DCP checkpoint of .distcp files: " + std::to_string(r.tensors) + " tensor pieces and " +
+           std::to_string(r.bytes_items) + " other items are where .metadata says, with its dtypes and shapes; " +
+           "their bytes could not be checked: .distcp files have no checksums ('zckpt convert' the folder to get them)";
   std::string s = "DCP checkpoint: " + std::to_string(r.tensors) + " tensor pieces, " + std::to_string(r.bytes_items) +
                   " other items, " + std::to_string(r.containers) + " containers verified, " + FormatBytes(r.bytes) +
                   " checked";
@@ -63,7 +75,8 @@ std::string DcpSummary(const VerifiedFile& r) {
 }  // namespace
 
 int RunVerify(const Argv& argv) {
-  Args args(argv, {"help", "quiet", "json"}, {"threads", "progress"}, {{"h", "help"}, {"q", "quiet"}, {"j", "threads"}});
+  Args args(argv, {"help", "quiet", "json"}, {"threads", "j-threads", "progress"},
+            {{"h", "help"}, {"q", "quiet"}, {"j", "j-threads"}});
   if (!args.ok()) return UsageError("verify", args.error());
   if (args.Has("help")) {
     std::fputs(kHelp, stdout);
@@ -73,7 +86,9 @@ int RunVerify(const Argv& argv) {
   }
   auto style = ChooseProgressStyle(args.Get("progress"));
   if (!style) return UsageError("verify", "--progress takes auto, always or never");
-  auto threads = args.GetInt("threads");
+  // -j, the former spelling of --threads here, is the number of files at once (--jobs) in convert.
+  WarnDeprecated(args, "verify", "j-threads", "-j", "checking threads are --threads (-j is --jobs in convert)");
+  auto threads = args.Has("threads") ? args.GetInt("threads") : args.GetInt("j-threads");
   if (!args.ok()) return UsageError("verify", args.error());
   if (threads && *threads < 0) return UsageError("verify", "--threads must be >= 0");
   if (args.positional().empty()) return UsageError("verify", "no PATH given");
@@ -98,6 +113,7 @@ int RunVerify(const Argv& argv) {
       if (r.dcp) jw.Key("kind").String("dcp");
       jw.Key("status")
           .String(code == kExitOk ? "ok" : code == kExitBad ? "corrupt" : "error");
+      if (r.error) jw.Key("error").String(r.problems.back());  // what stopped the check (as ls and load)
       jw.Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds);
       jw.Key("problems").BeginArray();
       for (const auto& p : r.problems) jw.String(p);
@@ -116,8 +132,9 @@ int RunVerify(const Argv& argv) {
       const char* what = code == kExitBad ? "CORRUPT" : "ERROR";
       std::printf("%s: %s\n", Printable(path).c_str(), what);
       std::fflush(stdout);
-      // One line per problem: a name in a message cannot start a line of its own.
-      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", Printable(p).c_str());
+      // One line per problem (a name in a message cannot start a line of its own), and a
+      // not-a-container hint on a line of its own under it.
+      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", WithHintLine(p).c_str());
     }
     std::fflush(stdout);
   };

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cli.h"
+#include "printable.h"
 #include "zckpt/text.h"
 
 namespace zckpt::cli {
@@ -193,6 +195,16 @@ JsonWriter& JsonWriter::Raw(std::string_view json) {
   Separate();
   out_ += json.empty() ? std::string_view("null") : json;
   return *this;
+}
+
+int PrintJsonError(const std::string& command, const std::string& path, const Error& e) {
+  const int code = ExitCodeFor(e);
+  std::fprintf(stderr, "zckpt %s: %s\n", command.c_str(), Printable(e.what(), /*message=*/true).c_str());
+  JsonWriter jw;
+  jw.BeginObject().Key("file").String(path).Key("status").String(code == kExitBad ? "corrupt" : "error");
+  jw.Key("error").String(e.what()).EndObject();
+  std::printf("%s\n", jw.str().c_str());
+  return code;
 }
 
 }  // namespace zckpt::cli

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "zckpt/error.h"
+
 namespace zckpt::cli {
 
 class JsonWriter {
@@ -38,5 +40,11 @@ std::string JsonEscape(std::string_view s);
 // strings valid UTF-8 without raw control characters), surrounding whitespace allowed: what may
 // go into a document through JsonWriter::Raw.
 bool IsJson(std::string_view s);
+
+// The one JSON shape of a command that could not do its work on `path` with --json (ls, load;
+// verify's per-file objects carry the same fields): {"file", "status": "corrupt" | "error",
+// "error": message} on stdout, and the message on stderr as without --json ("zckpt CMD: ...").
+// Returns the exit code (ExitCodeFor).
+int PrintJsonError(const std::string& command, const std::string& path, const Error& e);
 
 }  // namespace zckpt::cli
