@@ -38,10 +38,11 @@ struct LoadOptions {
   // (a chunk is checked and decoded whole, so it must fit a slot). Many small chunks share a slot.
   // Also the raw bytes of one batch read straight into CPU destinations (0: 64 MiB).
   uint64_t slot_bytes = 0;
-  unsigned reader_threads = DefaultReaderThreads();  // threads reading + checking chunks (>= 1)
+  // Threads reading + checking chunks (>= 1): `zckpt load --threads`, Python's threads=. (Called
+  // reader_threads in 0.1.0: one concept, one name in the CLI, C++ and Python.)
+  unsigned threads = DefaultReaderThreads();
   // Ring slots (>= 1): every reader one, plus two in copy. Unset (the default): max(4,
-  // reader_threads + 2) of the reader_threads the load runs with (RingSlots), so raising
-  // reader_threads raises it.
+  // threads + 2) of the threads the load runs with (RingSlots), so raising threads raises it.
   std::optional<unsigned> slots;
   bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
   // Load: also build TensorSet::tree from the kept object pickle (a malformed pickle is then an
@@ -70,7 +71,7 @@ struct LoadOptions {
 };
 
 // The ring slots a load with `o` uses (at most: never more than batches that need a slot).
-inline unsigned RingSlots(const LoadOptions& o) { return o.slots ? *o.slots : std::max(4u, o.reader_threads + 2); }
+inline unsigned RingSlots(const LoadOptions& o) { return o.slots ? *o.slots : std::max(4u, o.threads + 2); }
 
 struct LoadStats {
   uint64_t raw_bytes = 0;     // bytes delivered into destinations (decoded)
@@ -84,7 +85,7 @@ struct LoadStats {
   uint64_t ring_bytes = 0;    // host memory of the ring (0 when nothing needed a slot)
   uint64_t slot_bytes = 0;
   unsigned slots = 0;
-  unsigned reader_threads = 0;
+  unsigned threads = 0;
   ReadMethod method = ReadMethod::kAuto;  // the method actually used
   bool verified = false;
   double seconds = 0;         // wall time of the whole call

@@ -17,6 +17,8 @@
 
 namespace zckpt {
 
+class Container;  // zckpt/container.h
+
 struct Region {
   std::string tensor;            // name of a tensor record of the file
   std::vector<int64_t> offsets;  // where the box starts in each dimension of that tensor
@@ -54,6 +56,10 @@ struct LoadRegionsReport {
 // A corrupt chunk is Error(kCorrupt) naming the file, the storage, its tensors and the byte range
 // (Container::DescribeChunk); targets may then be partially written.
 LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>& regions,
+                              const LoadOptions& options = {});
+// The same through an open container: the index, the pickle and every chunk come from that one
+// open file, so a checkpoint renamed over its path meanwhile is never mixed in.
+LoadRegionsReport LoadRegions(const Container& container, const std::vector<Region>& regions,
                               const LoadOptions& options = {});
 
 }  // namespace zckpt

@@ -92,8 +92,14 @@ std::string TargetProblem(const Region& r) {
 }  // namespace
 
 LoadRegionsReport LoadRegions(const std::string& path, const std::vector<Region>& regions, const LoadOptions& options) {
+  return LoadRegions(*Container::Open(path), regions, options);
+}
+
+LoadRegionsReport LoadRegions(const Container& container, const std::vector<Region>& regions,
+                              const LoadOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  auto c = Container::Open(path);
+  const Container* c = &container;
+  const std::string& path = c->path();
   loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
   (void)loader::VetObjectPickle(*c, options.allow_globals);  // as LoadInto: none in DCP's own containers
   std::vector<loader::ViewCopy> copies;

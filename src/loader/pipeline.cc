@@ -156,11 +156,11 @@ PipelineStats RunPipeline(const Plan& plan, const Destinations& d, const ChunkRe
   if (plan.batches.empty()) return stats;
   // No more slots than slot batches, no more readers than batches: nothing would use them.
   unsigned slots = static_cast<unsigned>(std::min<uint64_t>(std::max(config.slots, 1u), plan.slot_batches));
-  unsigned threads = static_cast<unsigned>(std::min<uint64_t>(std::max(config.reader_threads, 1u), plan.batches.size()));
+  unsigned threads = static_cast<unsigned>(std::min<uint64_t>(std::max(config.threads, 1u), plan.batches.size()));
   Ring ring(engine, slots, config.slot_capacity);
   stats.ring_bytes = ring.bytes();
   stats.slots = slots;
-  stats.reader_threads = threads;
+  stats.threads = threads;
 
   Run run(plan, d, reader, engine, config, staging, ring);
   std::vector<std::thread> readers;

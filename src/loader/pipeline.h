@@ -19,7 +19,7 @@ class Destinations;
 struct Plan;
 
 struct PipelineConfig {
-  unsigned reader_threads = 1;
+  unsigned threads = 1;
   unsigned slots = 1;
   uint64_t slot_capacity = 0;
   std::function<void(uint64_t, uint64_t)> progress;
@@ -36,7 +36,7 @@ struct StagingHooks {
 struct PipelineStats {
   uint64_t ring_bytes = 0;
   unsigned slots = 0;
-  unsigned reader_threads = 0;
+  unsigned threads = 0;
 };
 
 PipelineStats RunPipeline(const Plan& plan, const Destinations& d, const ChunkReader& reader,

@@ -37,7 +37,7 @@ ReadMethod Resolve(ReadMethod m) { return m == ReadMethod::kAuto ? ReadMethod::k
 
 uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes) {
   if (RingSlots(o) == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::slots must be at least 1");
-  if (o.reader_threads == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::reader_threads must be at least 1");
+  if (o.threads == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::threads must be at least 1");
   if (o.slot_bytes == 0) return std::max(chunk_bytes, kDefaultSlotBytes);
   uint64_t aligned = (o.slot_bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
   return std::max(aligned, chunk_bytes);
@@ -61,7 +61,7 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
 
   std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, RingSlots(o));
   PipelineConfig config;
-  config.reader_threads = o.reader_threads;
+  config.threads = o.threads;
   config.slots = RingSlots(o);
   config.slot_capacity = po.slot_capacity;
   config.progress = o.progress;
@@ -77,7 +77,7 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   stats.ring_bytes = ps.ring_bytes;
   stats.slot_bytes = slot_bytes;
   stats.slots = ps.slots;
-  stats.reader_threads = ps.reader_threads;
+  stats.threads = ps.threads;
   stats.method = reader.method();
   stats.verified = o.verify;
   return stats;

@@ -111,6 +111,23 @@ py::bytes VettedPickle(const Container& c, const std::vector<std::string>& allow
   return py::bytes(bytes);
 }
 
+// The ring of a load from Python's keyword arguments (threads=, slots=, slot_bytes=; 0: the
+// library's default, as LoadOptions documents).
+struct Ring {
+  unsigned threads = 0;
+  unsigned slots = 0;
+  uint64_t slot_bytes = 0;
+};
+
+LoadOptions ToOptions(bool verify, const Ring& ring) {
+  LoadOptions options;
+  options.verify = verify;
+  if (ring.threads) options.threads = ring.threads;
+  if (ring.slots) options.slots = ring.slots;
+  options.slot_bytes = ring.slot_bytes;
+  return options;
+}
+
 py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
   py::dict out;
   for (const auto& [key, t] : storages) out[py::str(key)] = t;
@@ -119,25 +136,25 @@ py::dict StoragesToDict(const std::map<std::string, at::Tensor>& storages) {
 
 // Storages onto their devices (`devices`: key -> "cpu", "cuda:1", ...), all in one streaming
 // pass: each device receives its own storages only.
-py::dict LoadStoragesTo(const Container& c, const std::map<std::string, std::string>& devices, bool verify) {
+py::dict LoadStoragesTo(const Container& c, const std::map<std::string, std::string>& devices, bool verify,
+                        const Ring& ring) {
   std::map<std::string, c10::Device> where;
   for (const auto& [key, dev] : devices) where.emplace(key, c10::Device(dev));
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
-    LoadOptions options;
-    options.verify = verify;
-    storages = LoadStorages(c, where, c10::Device(c10::kCPU), options).storages_by_key;
+    storages = LoadStorages(c, where, c10::Device(c10::kCPU), ToOptions(verify, ring)).storages_by_key;
   }
   return StoragesToDict(storages);
 }
 
-py::dict MapStoragesToDict(const Container& c, bool verify) {
+py::dict MapStoragesToDict(const Container& c, bool verify, unsigned threads) {
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
     MapOptions options;
     options.verify = verify;
+    if (threads) options.threads = threads;
     storages = MapStorages(c, options).storages_by_key;  // storages only: quantized files map too
   }
   return StoragesToDict(storages);
@@ -145,11 +162,11 @@ py::dict MapStoragesToDict(const Container& c, bool verify) {
 
 std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
     const Container& c, const std::vector<std::pair<std::string, at::Tensor>>& targets, bool strict, bool verify,
-    const std::vector<std::string>& allow_globals) {
+    const std::vector<std::string>& allow_globals, const Ring& ring) {
   py::gil_scoped_release release;
   LoadIntoOptions options;
   options.strict = strict;
-  options.base.verify = verify;
+  options.base = ToOptions(verify, ring);
   options.base.allow_globals = allow_globals;
   LoadIntoReport report;
   try {
@@ -162,16 +179,15 @@ std::pair<std::vector<std::string>, std::vector<std::string>> LoadIntoTargets(
 
 // (name, first element, target) triples: element runs of LoadRegions (zckpt/load_regions.h).
 // Returns the bytes copied.
-uint64_t LoadRangesInto(const std::string& path, const std::vector<std::tuple<std::string, uint64_t, at::Tensor>>& ranges,
-                        bool verify, const std::vector<std::string>& allow_globals) {
+uint64_t LoadRangesInto(const Container& c, const std::vector<std::tuple<std::string, uint64_t, at::Tensor>>& ranges,
+                        bool verify, const std::vector<std::string>& allow_globals, const Ring& ring) {
   std::vector<Region> regions;
   regions.reserve(ranges.size());
   for (const auto& [name, begin, target] : ranges) regions.push_back(ElementRun(name, begin, target));
   py::gil_scoped_release release;
-  LoadOptions options;
-  options.verify = verify;
+  LoadOptions options = ToOptions(verify, ring);
   options.allow_globals = allow_globals;
-  return LoadRegions(path, regions, options).stats.raw_bytes;
+  return LoadRegions(c, regions, options).stats.raw_bytes;
 }
 
 py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,
@@ -317,15 +333,26 @@ PYBIND11_MODULE(_C, m) {
   });
   // One open checkpoint (module.cc, above Describe): what zckpt.load reads everything through.
   using zckpt::Container;
+  py::class_<zckpt::Ring>(m, "Ring")
+      .def(py::init([](unsigned threads, unsigned slots, uint64_t slot_bytes) {
+             return zckpt::Ring{threads, slots, slot_bytes};
+           }), py::arg("threads") = 0, py::arg("slots") = 0, py::arg("slot_bytes") = 0)
+      .def_readonly("threads", &zckpt::Ring::threads)
+      .def_readonly("slots", &zckpt::Ring::slots)
+      .def_readonly("slot_bytes", &zckpt::Ring::slot_bytes);
   py::class_<Container, std::shared_ptr<Container>>(m, "Checkpoint")
       .def_property_readonly("path", &Container::path)
       .def("describe", [](const Container& c) { return zckpt::Describe(&c); })
       .def("tensor_records", [](const Container& c) { return zckpt::TensorRecords(&c); })
       .def("vetted_pickle", &zckpt::VettedPickle, py::arg("allow_globals") = std::vector<std::string>{})
-      .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true)
-      .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false)
+      .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true,
+           py::arg("ring") = zckpt::Ring{})
+      .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false, py::arg("threads") = 0)
       .def("load_into", &zckpt::LoadIntoTargets, py::arg("targets"), py::arg("strict") = true,
-           py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{});
+           py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{},
+           py::arg("ring") = zckpt::Ring{})
+      .def("load_ranges", &zckpt::LoadRangesInto, py::arg("ranges"), py::arg("verify") = true,
+           py::arg("allow_globals") = std::vector<std::string>{}, py::arg("ring") = zckpt::Ring{});
   m.def("open", [](const std::string& path) {
     py::gil_scoped_release release;
     return std::shared_ptr<Container>(zckpt::OpenContainer(path));
@@ -338,19 +365,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("vetted_pickle", [](const std::string& path, const std::vector<std::string>& allow) {
     return zckpt::VettedPickle(*zckpt::Container::Open(path), allow);
   }, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("load_into", [](const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
-                        bool strict, bool verify, const std::vector<std::string>& allow) {
-    std::unique_ptr<Container> c;
-    try {
-      c = Container::Open(path);
-    } catch (const zckpt::Error& e) {
-      throw zckpt::checkpoint::WithNotAContainerHint(e, path);
-    }
-    return zckpt::LoadIntoTargets(*c, targets, strict, verify, allow);
-  }, py::arg("path"), py::arg("targets"), py::arg("strict") = true, py::arg("verify") = true,
-        py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("load_ranges", &zckpt::LoadRangesInto, py::arg("path"), py::arg("ranges"), py::arg("verify") = true,
-        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("tensor_records", [](const std::string& path) { return zckpt::TensorRecords(zckpt::OpenContainer(path).get()); },
         py::arg("path"));
   m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,

@@ -341,7 +341,7 @@ TEST_F(Sim, LoadsEveryConfiguration) {
                          (mixed ? ", host storages too" : "") + (split ? ", chunks split across devices" : ""));
             Target target(*c, devices, mixed, split);
             LoadOptions o;
-            o.reader_threads = readers;
+            o.threads = readers;
             o.slots = slots;
             o.method = method;
             o.slot_bytes = layout.slot_bytes;
@@ -378,7 +378,7 @@ TEST_F(Sim, CopiesWaitForTheCallersStream) {
     }
     std::vector<CudaDevice> devices = {{0, callers[0]}, {1, callers[1]}};
     LoadOptions o;
-    o.reader_threads = 3;
+    o.threads = 3;
     o.slots = 4;
     o.slot_bytes = 64 << 10;
     loader::StreamChunks(*c, target.destinations(), o, devices);
@@ -497,7 +497,7 @@ TEST_F(Sim, RegionsStartingAndEndingMidChunkWithStagedBoxes) {
               std::vector<uint8_t>().swap(r.staging);  // freed once copied
             };
             LoadOptions o;
-            o.reader_threads = readers;
+            o.threads = readers;
             o.slots = slots;
             o.method = method;
             o.slot_bytes = 32 << 10;
@@ -543,7 +543,7 @@ TEST_F(Sim, CorruptChunkMidStreamStopsCleanly) {
         SCOPED_TRACE(std::to_string(devices) + " device(s), " + std::to_string(readers) + " readers");
         Target target(*good, devices, round == 1, false);
         LoadOptions o;
-        o.reader_threads = readers;
+        o.threads = readers;
         o.slots = 2;
         o.slot_bytes = 16 << 10;
         try {
@@ -571,7 +571,7 @@ TEST_F(Sim, CancelStopsEveryThreadAndCopy) {
       Target target(*c, devices, delay_us == 100, false);
       std::atomic<bool> cancel{delay_us == 0};
       LoadOptions o;
-      o.reader_threads = 3;
+      o.threads = 3;
       o.slots = 3;
       o.slot_bytes = 16 << 10;
       o.cancel = &cancel;
@@ -615,7 +615,7 @@ TEST_F(Sim, PinnedRingIsReusedAcrossCalls) {
   Sample sample(4096, 0);
   auto c = Container::Open(sample.path);
   LoadOptions o;
-  o.reader_threads = 4;
+  o.threads = 4;
   o.slots = 6;
   o.slot_bytes = 64 << 10;
   struct PerCall {
@@ -705,7 +705,7 @@ TEST_F(Sim, ConcurrentLoadsShareTheCache) {
         try {
           Target target(*c, 2, t % 2 == 1, t == 2);
           LoadOptions o;
-          o.reader_threads = 1 + static_cast<unsigned>(t);
+          o.threads = 1 + static_cast<unsigned>(t);
           o.slots = 2 + static_cast<unsigned>(round);
           o.slot_bytes = 32 << 10;
           loader::StreamChunks(*c, target.destinations(), o, target.devices(2));

@@ -159,7 +159,7 @@ TEST(FileRace, ShrunkDuringLoadEveryReadMethodIsAnIoError) {
     o.method = method;
     o.cpu_read_into_destination = false;
     o.slots = 1;
-    o.reader_threads = 2;
+    o.threads = 2;
     o.slot_bytes = 128 << 10;
     int calls = 0;
     o.progress = [&](uint64_t, uint64_t) {

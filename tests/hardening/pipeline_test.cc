@@ -48,7 +48,7 @@ TEST(LoaderPipeline, DeliversExactlyWhatReadChunkGives) {
               Destinations d = target.Plan(*c, split, split ? 3 : 0);
               LoadOptions o;
               o.method = method;
-              o.reader_threads = threads;
+              o.threads = threads;
               o.slots = slots;
               o.slot_bytes = chunk_bytes == 4096 ? 64 << 10 : 0;
               o.cpu_read_into_destination = into;
@@ -115,7 +115,7 @@ TEST(LoaderPipeline, UncachedBytesComeDirectIntoAlignedDestinations) {
       auto c = Container::Open(sample.path);
       Destinations d(chunks, std::move(pieces));
       LoadOptions o;
-      o.reader_threads = threads;
+      o.threads = threads;
       LoadStats st = loader::StreamChunks(*c, d, o, {});
       for (size_t s = 0; s < expected.size(); ++s)
         ASSERT_TRUE(std::equal(expected[s].begin(), expected[s].end(), storages[s].get())) << "storage " << s;
@@ -138,7 +138,7 @@ TEST(LoaderPipeline, ConcurrentLoadsOfOneContainer) {
         Target target;
         Destinations d = target.Plan(*c, (t + round) % 2 == 1);
         LoadOptions o;
-        o.reader_threads = 1 + (t % 3);
+        o.threads = 1 + (t % 3);
         o.slots = 1 + (round % 3);
         o.method = t % 3 == 0 ? ReadMethod::kMmap : ReadMethod::kPread;
         try {
@@ -164,7 +164,7 @@ TEST(LoaderPipeline, CancelStopsEveryThread) {
     Destinations d = target.Plan(*c, false);
     std::atomic<bool> cancel{delay_us == 0};
     LoadOptions o;
-    o.reader_threads = 3;
+    o.threads = 3;
     o.slots = 2;
     o.slot_bytes = 16 << 10;
     o.cancel = &cancel;
@@ -187,7 +187,7 @@ TEST(LoaderPipeline, CorruptChunkStopsWithItsName) {
       Target target;
       Destinations d = target.Plan(*Container::Open(sample.path), false);
       LoadOptions o;
-      o.reader_threads = threads;
+      o.threads = threads;
       o.slots = 2;
       o.method = method;
       try {

@@ -59,7 +59,7 @@ TEST_F(Cuda, LoadMatchesTheCpuLoad) {
     LoadOptions o;
     o.slot_bytes = 128 << 10;  // the 8 MiB tensor laps the ring many times
     o.slots = slots;
-    o.reader_threads = 3;
+    o.threads = 3;
     LoadResult gpu = Load(path_, kCuda, o);
     for (const auto& [name, t] : gpu.tensors) {
       EXPECT_TRUE(t.is_cuda()) << name;
@@ -155,7 +155,7 @@ TEST_F(Cuda, LoadRegionsFillsBoxesOfCudaTargets) {
     LoadOptions o;
     o.slot_bytes = 128 << 10;
     o.slots = slots;
-    o.reader_threads = 3;
+    o.threads = 3;
     LoadRegionsReport rep = LoadRegions(path_, regions, o);
     EXPECT_EQ(rep.regions, 4u);
     EXPECT_EQ(rep.direct, 1u);  // the row box
@@ -177,7 +177,7 @@ TEST_F(Cuda, CorruptChunkStopsCleanly) {
     LoadOptions o;
     o.slot_bytes = 128 << 10;
     o.slots = 2;
-    o.reader_threads = 4;
+    o.threads = 4;
     try {
       Load(path_, kCuda, o);
       FAIL() << "loaded a corrupt file";

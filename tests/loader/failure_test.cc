@@ -85,7 +85,7 @@ TEST_P(Corrupt, ChunkMidStreamStopsCleanlyEveryTime) {
   size_t threads_before = testing::ThreadCount();
   for (int round = 0; round < 50; ++round) {
     LoadOptions o;
-    o.reader_threads = 4;
+    o.threads = 4;
     o.slots = 2;
     o.slot_bytes = 8192;
     o.cpu_read_into_destination = direct;
@@ -121,7 +121,7 @@ TEST(Corrupt, LoadIntoStopsWithTheSameError) {
   std::vector<std::pair<std::string, at::Tensor>> targets;
   for (const auto& t : f.tensors()) targets.emplace_back(t.name, at::zeros(t.shape, at::kFloat));
   LoadIntoOptions o;
-  o.base.reader_threads = 3;
+  o.base.threads = 3;
   try {
     LoadInto(path, targets, o);
     FAIL();
@@ -140,7 +140,7 @@ TEST(Cancel, FromTheProgressCallbackMidLoad) {
     LoadOptions o;
     o.slot_bytes = 8192;
     o.slots = 2;
-    o.reader_threads = 3;
+    o.threads = 3;
     o.cpu_read_into_destination = direct;
     o.cancel = &cancel;
     o.progress = [&](uint64_t, uint64_t) {

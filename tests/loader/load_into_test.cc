@@ -69,7 +69,7 @@ TEST_P(Into, CopiesInPlaceKeepingEveryDataPtr) {
   o.base.cpu_read_into_destination = GetParam();
   o.base.slot_bytes = 8192;
   o.base.slots = 3;
-  o.base.reader_threads = 3;
+  o.base.threads = 3;
   LoadIntoReport r = LoadInto(path, targets, o);
   for (size_t i = 0; i < targets.size(); ++i) EXPECT_EQ(targets[i].second.data_ptr(), ptrs[i]) << targets[i].first;
   ExpectLoadedValues(path, targets);

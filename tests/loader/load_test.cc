@@ -246,7 +246,7 @@ TEST_P(LoadMethods, TensorLargerThanTheRingWrapsAround) {
   o.cpu_read_into_destination = direct;
   o.slot_bytes = 64 << 10;  // 3 slots of 64 KiB: the 1 MiB tensor alone laps the ring 5 times
   o.slots = 3;
-  o.reader_threads = 3;
+  o.threads = 3;
   uint64_t last_done = 0, total = 0;
   int calls = 0;
   o.progress = [&](uint64_t done, uint64_t t) {
@@ -366,19 +366,19 @@ TEST(Load, ManyReadersGiveTheSameResultAsOne) {
   std::string path = f.WriteIn(dir, "readers.zckpt", SmallChunks(8192, 1));
   for (bool direct : {true, false}) {
     LoadOptions one;
-    one.reader_threads = 1;
+    one.threads = 1;
     one.slots = 1;
     one.slot_bytes = 16384;
     one.cpu_read_into_destination = direct;
     LoadOptions many = one;
-    many.reader_threads = 8;
+    many.threads = 8;
     many.slots = 5;
     LoadResult a = Load(path, kCpu, one);
     LoadResult b = Load(path, kCpu, many);
     ExpectMatches(f, a);
     ExpectMatches(f, b);
-    EXPECT_EQ(a.stats.reader_threads, 1u);
-    EXPECT_EQ(b.stats.reader_threads, 8u);
+    EXPECT_EQ(a.stats.threads, 1u);
+    EXPECT_EQ(b.stats.threads, 8u);
   }
 }
 
@@ -463,7 +463,7 @@ TEST(Load, BadOptionsAndFiles) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   }
   o = LoadOptions{};
-  o.reader_threads = 0;
+  o.threads = 0;
   EXPECT_THROW(Load(path, kCpu, o), Error);
   try {
     Load(dir.File("missing.zckpt"), kCpu);
@@ -498,9 +498,9 @@ TEST(Load, SlotBytesRoundUpToTheChunk) {
 TEST(LoadOptions, SlotsFollowTheReaderThreads) {
   LoadOptions o;
   EXPECT_FALSE(o.slots);  // "the default": resolved when the load runs
-  o.reader_threads = 10;
+  o.threads = 10;
   EXPECT_EQ(RingSlots(o), 12u);
-  o.reader_threads = 1;
+  o.threads = 1;
   EXPECT_EQ(RingSlots(o), 4u);
   o.slots = 3;
   EXPECT_EQ(RingSlots(o), 3u);
@@ -510,11 +510,11 @@ TEST(LoadOptions, SlotsFollowTheReaderThreads) {
   f.AddContiguous("w", DType::kFloat32, {64, 1024}, 7);  // 256 KiB: 64 slot batches of 4 KiB
   std::string path = f.WriteIn(dir, "m.zckpt");
   LoadOptions load;
-  load.reader_threads = 9;
+  load.threads = 9;
   load.slot_bytes = 4096;
   load.cpu_read_into_destination = false;  // every chunk through the ring
   LoadResult r = Load(path, kCpu, load);
-  EXPECT_EQ(r.stats.reader_threads, 9u);
+  EXPECT_EQ(r.stats.threads, 9u);
   EXPECT_EQ(r.stats.slots, 11u);
 }
 

@@ -82,7 +82,7 @@ TEST(LoadRace, LoadsRacingARenamingPublisherGiveOneWholeVersion) {
   for (int n = 0; n < 60; ++n) {
     LoadOptions o;
     o.method = kPublishMethods[n % 3];
-    o.reader_threads = 2;
+    o.threads = 2;
     o.slot_bytes = 16 << 10;  // many small reads: renames land inside the load
     std::map<std::string, at::Tensor> got;
     if (n % 4 == 3) {
@@ -123,7 +123,7 @@ LoadOptions TruncatingOptions(ReadMethod method, const std::string& path, int* c
   LoadOptions o;
   o.method = method;
   o.slots = 1;
-  o.reader_threads = 2;
+  o.threads = 2;
   o.slot_bytes = 64 << 10;
   o.cpu_read_into_destination = false;
   o.progress = [path, calls](uint64_t, uint64_t) {

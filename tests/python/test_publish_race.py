@@ -122,3 +122,66 @@ def test_load_into_an_optimizer_racing_a_publisher_is_one_checkpoint(tmp_path):
         stop.touch()
         out, _ = pub.communicate(timeout=60)
     assert pub.returncode == 0 and int(out) > 0
+
+
+# FSDP1's load_into reads the records of the rank file, then its buffers whole and its
+# FlatParameter rows as element runs: from one open file, so a rename in between mixes nothing.
+# One gloo rank in a child process (the group stays out of pytest's process).
+FSDP1_WORKER = textwrap.dedent("""
+    import os, subprocess, sys, warnings
+    import torch
+    sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "..", "..", "tools", "examples")]
+    from fsdp_cases import build, join_group, state_ctx
+    from verl_resume import free_port
+    import zckpt
+    root, publisher, loads = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    join_group(0, 1, free_port())
+
+    def fill(model, v):
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                t.fill_(v)
+
+    model, _ = build("fsdp1", 0)
+    paths = {}
+    for v in (1.0, 2.0):  # checkpoint A: every saved value 1.0; B: 2.0
+        fill(model, v)
+        pt = os.path.join(root, f"{v}.pt")
+        with state_ctx(model):
+            torch.save(model.state_dict(), pt)
+        paths[v] = os.path.join(root, f"{v}.zckpt")
+        zckpt.convert(pt, paths[v])
+    latest = os.path.join(root, "latest", "model_world_size_1_rank_0.zckpt")
+    os.makedirs(os.path.dirname(latest))
+    os.link(paths[1.0], latest)
+    stop = os.path.join(root, "stop")
+    pub = subprocess.Popen([sys.executable, "-c", publisher, paths[1.0], paths[2.0], latest, stop],
+                           stdout=subprocess.PIPE, text=True)
+    seen, mixed = set(), 0
+    try:
+        for i in range(loads):
+            fill(model, 0.0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # in place, never FSDP's fallback
+                zckpt.load_into(latest, model)
+            with state_ctx(model, full=True):
+                values = {float(x) for t in model.state_dict().values() for x in t.flatten().unique()}
+            seen |= values
+            mixed += values not in ({1.0}, {2.0})
+    finally:
+        open(stop, "w").close()
+        out, _ = pub.communicate(timeout=60)
+    print("renames", int(out), "seen", sorted(seen), "mixed", mixed)
+""")
+
+
+def test_fsdp1_load_into_racing_a_publisher_is_one_checkpoint(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", FSDP1_WORKER, here, str(tmp_path), PUBLISHER, str(LOADS)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    words = r.stdout.split()
+    renames, mixed = int(words[words.index("renames") + 1]), int(words[words.index("mixed") + 1])
+    assert renames > 0, r.stdout
+    assert "[1.0, 2.0]" in r.stdout, f"the loads never saw both checkpoints: {r.stdout}"
+    assert mixed == 0, f"{mixed} of {LOADS} FSDP1 load_into calls mixed the two checkpoints: {r.stdout}"

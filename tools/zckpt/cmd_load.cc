@@ -113,7 +113,7 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
     MapOptions map;
     map.allow_globals = options.allow_globals;
     map.verify = options.verify;
-    map.threads = options.reader_threads;
+    map.threads = options.threads;
     MapResult m = Map(path, map);
     r->stats.verified = map.verify;
     r->seconds = m.stats.seconds;
@@ -148,7 +148,7 @@ void PrintJson(const std::string& path, const Report& r) {
   if (r.mode != Mode::kMap) {
     const LoadStats& s = r.stats;
     jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));
-    jw.Key("threads").UInt(s.reader_threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
+    jw.Key("threads").UInt(s.threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
     jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
     jw.Key("chunks").UInt(s.chunks).Key("direct_chunks").UInt(s.direct_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
   }
@@ -174,7 +174,7 @@ void PrintText(const std::string& path, const Report& r) {
   if (r.mode != Mode::kMap) {
     const LoadStats& s = r.stats;
     std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
-                ReadMethodName(s.method), s.reader_threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
+                ReadMethodName(s.method), s.threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
                 static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.direct_chunks));
   }
   std::printf("  host RSS: peak %s (+%s over %s before the load)%s\n", FormatBytes(r.after.peak).c_str(),
@@ -224,7 +224,7 @@ int RunLoad(const Argv& argv) {
   if (slots && *slots < 1) return UsageError("load", "--slots must be >= 1");
   if (threads && *threads < 1) return UsageError("load", "--threads must be >= 1");
   if (slots) options.slots = static_cast<unsigned>(*slots);
-  if (threads) options.reader_threads = static_cast<unsigned>(*threads);
+  if (threads) options.threads = static_cast<unsigned>(*threads);
   if (auto m = args.Get("method")) {
     auto method = ParseMethod(*m);
     if (!method) return UsageError("load", "--method must be auto, pread, mmap or direct");

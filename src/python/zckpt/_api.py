@@ -31,6 +31,16 @@ def _global_name(g):
     return f"{module}.{name}"
 
 
+def _ring(threads, slots, slot_bytes):
+    """The loader's ring from load's and load_into's keyword arguments (the names of `zckpt load
+    --threads --slots --slot-bytes`): None or 0 leaves the library's default."""
+    values = {"threads": threads, "slots": slots, "slot_bytes": slot_bytes}
+    for name, v in values.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"{name} must be a positive integer (or None for the default), not {v!r}")
+    return _C.Ring(**{k: v or 0 for k, v in values.items()})
+
+
 def _allowed(allow_globals, weights_only=False):
     """The globals ('module.name') a pickle may name besides zckpt's allowlist: what the caller
     lists and, for a weights-only load, what the caller registered with torch as safe globals
@@ -97,11 +107,17 @@ def _target_device(map_location, location):
     raise TypeError(f"map_location must be None, a str, a torch.device, a dict or a callable, not {map_location!r}")
 
 
-def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, allow_globals=()):
+def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, allow_globals=(), threads=None,
+         slots=None, slot_bytes=None):
     """Returns what torch.load returns for the original .pt file.
 
     Storages stream from the container onto their device (map_location as torch.load accepts
-    it), each chunk's checksum checked unless verify=False.
+    it), each chunk's checksum checked unless verify=False. threads: threads reading and
+    checking chunks (default half the hardware threads, 2 to 8; with mmap=True, the threads
+    hashing the mapping); slots and slot_bytes: the ring of host buffers they fill (default
+    max(4, threads + 2) slots of max(chunk size, 8 MiB)), as `zckpt load --threads --slots
+    --slot-bytes`. The ring is the host memory a load takes beyond its CPU destinations, and on
+    a CUDA target the device memory beyond the tensors.
 
     Nothing from the file runs before zckpt has vetted it: the kept pickle is first read by
     zckpt's own interpreter, which refuses (UnsafeError, naming the global and its offset) any
@@ -128,6 +144,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     when weights_only=True refuses what torch.load(weights_only=True) refuses.
     """
     path = _path(f)
+    ring = _ring(threads, slots, slot_bytes)
     # One open file for everything below: a checkpoint renamed over `path` meanwhile (a trainer
     # publishing `latest`) cannot give this file's pickle with that one's storages.
     ckpt = _C.open(path)
@@ -139,7 +156,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     if mmap:
         if map_location not in (None, "cpu", torch.device("cpu")):
             raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
-        raw = ckpt.map_storages(verify)
+        raw = ckpt.map_storages(verify, ring.threads)
     else:
         devices, meta = {}, set()
         for key, location in locations.items():
@@ -150,7 +167,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
                 meta.add(key)
                 continue
             devices[key] = "cpu" if dev is None else str(dev)
-        raw = ckpt.load_storages(devices, verify)
+        raw = ckpt.load_storages(devices, verify, ring)
         sizes = {s["key"]: s["bytes"] for s in info["storages"]}
         for key in meta:
             raw[key] = torch.empty(sizes[key], dtype=torch.uint8, device="meta")
@@ -227,7 +244,8 @@ def _restore_param_groups(optimizer, saved_groups):
                 group[k] = v
 
 
-def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_globals=()):
+def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_globals=(), threads=None, slots=None,
+              slot_bytes=None):
     """Copies the checkpoint's tensors into existing tensors, in place, on whatever device each
     lives on: every data_ptr() stays. dtype and shape are checked for every target before the
     first byte moves. strict=True refuses missing and unexpected names, as load_state_dict does.
@@ -243,13 +261,15 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     checked against them; a verl-style file (..._world_size_W_rank_R) of another rank or world
     size is refused. FSDP1 modules (FullyShardedDataParallel) are written straight into each
     rank's FlatParameter shard (see _fsdp.py; call on every rank, as load_state_dict). Extra
-    memory: the loader's ring (slots x slot_bytes, 4 x 8 MiB by default), host and device alike;
+    memory: the loader's ring (slots x slot_bytes, 4 x 8 MiB by default; threads, slots and
+    slot_bytes as for load), host and device alike;
     an FSDP1 fallback to FSDP's load_state_dict (a needed rank file missing) costs model/W + the
     largest parameter."""
     path = _path(f)
     allowed = _allowed(allow_globals, weights_only)
+    ring = _ring(threads, slots, slot_bytes)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
-        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed)
+        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, ring)
     entries = _named_tensors(target)  # a target of the wrong type is refused before the file is opened
     # One open file for the records, the param_groups and the tensors (as load).
     ckpt = _C.open(path)
@@ -259,7 +279,7 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
         saved_groups = _saved_param_groups(ckpt, target, weights_only, allowed)
     with torch.no_grad():
-        missing, unexpected = ckpt.load_into(named, strict, verify, allowed)
+        missing, unexpected = ckpt.load_into(named, strict, verify, allowed, ring)
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected

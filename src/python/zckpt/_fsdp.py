@@ -29,7 +29,7 @@ import os
 import torch
 
 from . import _C
-from ._sharded import FLAG_INTERNAL, check_rank_of_file, records, sibling
+from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0
 
@@ -114,8 +114,11 @@ def _row_chunk(dim0, world_size, rank):
 
 
 class _Plan:
-    def __init__(self, path):
+    def __init__(self, path, ckpt):
         self.path = path
+        # file -> its _C.Checkpoint, opened once: the records checked and the bytes loaded come
+        # from the same open file, so a checkpoint renamed over a path meanwhile is never mixed in.
+        self.opened = {path: ckpt}
         self.ranges = {}  # file -> [(name, first element, target)]
         self.fallback_why = None
         self.bytes = 0
@@ -165,7 +168,8 @@ def _plan_param(plan, unit, name, shape, info, shard, own, files_checked):
             return
         theirs = files_checked.get(other)
         if theirs is None:
-            theirs = files_checked[other] = records(other)
+            plan.opened[other] = _C.open(other)
+            theirs = files_checked[other] = records_of(plan.opened[other])
         if name not in theirs:
             raise _C.ZckptError(f"{other}: has no '{name}', which rank {k} saved rows {k_lo}..{k_hi - 1} of")
         _check_chunk(other, name, theirs[name], shape, ws, k)
@@ -202,14 +206,16 @@ def _agree(units, status, device):
     return int(t.item())
 
 
-def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=()):
+def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=None):
     """zckpt.load_into for a module holding FSDP1 units (see the module docstring). `allowed`:
-    globals the files' pickles may name besides zckpt's allowlist (every file read is vetted).
-    Returns (missing, unexpected)."""
+    globals the files' pickles may name besides zckpt's allowlist (every file read is vetted);
+    `ring`: the loader's _C.Ring (None: defaults). Returns (missing, unexpected)."""
+    ring = ring if ring is not None else _C.Ring()
     units = _units(model)
-    own = records(path)
+    ckpt = _C.open(path)
+    own = records_of(ckpt)
     status, error = _CAN_IN_PLACE, None
-    plan = _Plan(path)
+    plan = _Plan(path, ckpt)
     loaded_names = set()
     plain = []  # (name, tensor): buffers and parameters FSDP does not manage, loaded whole
     try:
@@ -261,18 +267,18 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=()):
         raise _C.ZckptError(f"{path}: another rank refused its checkpoint file; nothing was loaded")
     if agreed == _NEEDS_FALLBACK:
         why = plan.fallback_why or "another rank cannot read the rows it needs in place"
-        fsdp_fallback(path, model, strict, verify, why, allowed)
+        fsdp_fallback(path, model, strict, verify, why, allowed, ring)
         return missing, unexpected
     with torch.no_grad():
         # Buffers and unmanaged parameters first: checked (shape, dtype) before any byte moves.
         if plain:
-            _C.load_into(path, [(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed))
+            ckpt.load_into([(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed), ring)
         for file, ranges in plan.ranges.items():
-            _C.load_ranges(file, ranges, verify, list(allowed))
+            plan.opened[file].load_ranges(ranges, verify, list(allowed), ring)
     return missing, unexpected
 
 
-def fsdp_fallback(path, model, strict, verify, why, allowed=()):
+def fsdp_fallback(path, model, strict, verify, why, allowed=(), ring=None):
     """FSDP's own load: this rank's saved shards are streamed into fresh tensors, wrapped as the
     ShardedTensors FSDP saved (the file's shard offsets and sizes), and handed to
     model.load_state_dict under SHARDED_STATE_DICT, which all-gathers each parameter and keeps
@@ -287,14 +293,16 @@ def fsdp_fallback(path, model, strict, verify, why, allowed=()):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
+    ring = ring if ring is not None else _C.Ring()
     warnings.warn(f"zckpt.load_into({path!r}): not in place ({why}); loading through FSDP's load_state_dict "
                   f"(an all-gather per parameter)", stacklevel=3)
-    own = records(path)
+    ckpt = _C.open(path)  # one open file for the records and the bytes (see _Plan)
+    own = records_of(ckpt)
     pg = model.process_group
     rank = torch.distributed.get_rank(pg)
     local = {n: torch.empty(r.shape, dtype=getattr(torch, r.dtype)) for n, r in own.items()
              if not r.flags & FLAG_INTERNAL}
-    _C.load_into(path, list(local.items()), False, verify, list(allowed))
+    ckpt.load_into(list(local.items()), False, verify, list(allowed), ring)
     state = {}
     for name in sorted(local):
         rec = own[name]
