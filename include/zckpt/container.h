@@ -94,6 +94,9 @@ class Container {
  public:
   // Maps and validates `path` (spec §7 steps 1-4). Throws Error: kIo (cannot open),
   // kNotContainer (no superblock magic / too short), kCorrupt, kUnsupported.
+  // `path` may be an object URL, s3://BUCKET/KEY (S3-compatible storage configured as the AWS
+  // tools are: src/remote/README.md): its ETag is pinned at open, every byte is a ranged GET, a
+  // chunk failing its checksum is fetched again before it is refused.
   static std::unique_ptr<Container> Open(const std::string& path);
   // Same over caller-owned memory that must outlive the Container (tests, fuzzers).
   static std::unique_ptr<Container> OpenMemory(const void* data, size_t size, std::string name);
@@ -143,7 +146,8 @@ class Container {
   // are read into a per-thread buffer, hashed there (with `check`) and decoded from it into dst,
   // the decoder bounded by raw_bytes. With `check` the stored checksum (and the raw one for zstd)
   // must match: Error(kCorrupt) with a message from DescribeChunk otherwise, or on a bad zstd frame
-  // (always checked whole). Error(kIo) when the file shrank.
+  // (always checked whole). Error(kIo) when the file shrank. From an object (Open of s3://), a
+  // chunk that fails is fetched again (with backoff) a few times before the error.
   void ReadChunk(uint64_t i, void* dst, bool check = true) const;
   // "FILE: storage 'KEY' (tensors a.weight, b.bias), chunk I, file bytes [X, Y), storage bytes [P, Q)"
   // I is the index in the chunk table; the list names at most 8 tensors ("..., and N more"),
@@ -172,6 +176,7 @@ class Container {
   void ValidateStoragesAndChunks();
   void ValidateTensors();
   void ValidateBlobsAndMetadata();
+  void ReadChunkOnce(uint64_t i, void* dst, bool check) const;
   void ValidateStringRef(format::StringRef ref, const char* table, uint64_t record, const char* field) const;
   void BuildLookups();
   [[noreturn]] void Fail(ErrorKind kind, const std::string& what) const;

@@ -49,6 +49,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path), owned_(true) {
 MappedFile::MappedFile(const void* data, size_t size, std::string name)
     : data_(static_cast<const uint8_t*>(data)), size_(size), path_(std::move(name)), owned_(false) {}
 
+MappedFile::MappedFile(std::unique_ptr<ByteSource> source)
+    : size_(static_cast<size_t>(source->size())), path_(source->name()), source_(std::move(source)) {}
+
 MappedFile::~MappedFile() {
   if (owned_ && data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
 }
@@ -56,6 +59,7 @@ MappedFile::~MappedFile() {
 void MappedFile::ReadAt(uint64_t offset, uint64_t n, void* dst) const {
   if (n == 0) return;
   if (offset > size_ || n > size_ - offset) throw Error(ErrorKind::kIo, FileShrankMessage(path_, offset, offset + n));
+  if (source_) return source_->ReadAt(offset, n, dst);
   if (!owned_) {
     // Caller-owned memory may itself be a slice of another file's mapping (a .distcp item read
     // as its own archive): copied under the SIGBUS guard, so a truncation is this error too.

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_source.h"
 #include "common/open_file.h"
+#include <memory>
 
 namespace zckpt {
 
@@ -28,6 +30,9 @@ class MappedFile {
   explicit MappedFile(const std::string& path);
   // Wraps caller-owned memory (tests, fuzzers); nothing is unmapped on destruction.
   MappedFile(const void* data, size_t size, std::string name);
+  // Bytes from elsewhere (common/byte_source.h): no mapping (data() is nullptr), no descriptor
+  // (fd() is -1); ReadAt reads through the source, the advice calls do nothing.
+  explicit MappedFile(std::unique_ptr<ByteSource> source);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -36,7 +41,9 @@ class MappedFile {
   size_t size() const { return size_; }  // when opened
   const std::string& path() const { return path_; }
   bool owns_mapping() const { return owned_; }
-  int fd() const { return fd_.get(); }  // -1 for caller-owned memory
+  int fd() const { return fd_.get(); }  // -1 for caller-owned memory and remote sources
+  // The remote source, or nullptr for a local file or caller-owned memory.
+  const ByteSource* remote() const { return source_.get(); }
 
   // Copies [offset, offset+n) into dst (pread, or memcpy for caller-owned memory). Throws
   // Error(kIo) naming the file and the byte range when the range is past size() or when fewer
@@ -64,6 +71,7 @@ class MappedFile {
   std::string path_;
   bool owned_ = false;
   FileDescriptor fd_;
+  std::unique_ptr<ByteSource> source_;
 };
 
 // "PATH: the file changed size while being read (truncated by another process?): file bytes

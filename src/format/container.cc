@@ -13,15 +13,34 @@
 #include "format/record_codec.h"
 #include "format/chunk_codec.h"
 #include "format/layout.h"
+#include "remote/s3.h"
 
 namespace zckpt {
 
 using format::internal::Load64;
 
 std::unique_ptr<Container> Container::Open(const std::string& path) {
-  std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(path)));
-  c->Validate();
-  return c;
+  if (!remote::IsObjectUrl(path)) {
+    std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(path)));
+    c->Validate();
+    return c;
+  }
+  // s3://bucket/key: the object, pinned at open (its ETag), read with ranged GETs. Superblock,
+  // footer and index that fail their checks may have been damaged on the way: opened again
+  // (a fresh HEAD, fresh reads) a few times before the error stands.
+  for (unsigned attempt = 1;; ++attempt) {
+    auto file = std::make_unique<MappedFile>(remote::OpenObject(path));
+    const ByteSource& source = *file->remote();
+    std::unique_ptr<Container> c(new Container(std::move(file)));
+    try {
+      c->Validate();
+      return c;
+    } catch (const Error& e) {
+      if ((e.kind() != ErrorKind::kCorrupt && e.kind() != ErrorKind::kNotContainer) || attempt >= source.refetch_attempts())
+        throw;
+      source.BackoffBeforeRetry(attempt);
+    }
+  }
 }
 
 std::unique_ptr<Container> Container::OpenMemory(const void* data, size_t size, std::string name) {
@@ -171,6 +190,27 @@ std::vector<uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
 }
 
 void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
+  // A remote chunk whose bytes fail their checksum (or whose frame does not decode) may have been
+  // damaged on the way: fetched again, that chunk alone, after a backoff; refused when it
+  // persists.
+  const ByteSource* remote = file_->remote();
+  const unsigned attempts = remote && check ? remote->refetch_attempts() : 1;
+  for (unsigned attempt = 1;; ++attempt) {
+    try {
+      return ReadChunkOnce(i, dst, check);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kCorrupt || attempt >= attempts) {
+        if (e.kind() == ErrorKind::kCorrupt && attempts > 1)
+          throw Error(ErrorKind::kCorrupt, std::string(e.what()) + " (the same after " + std::to_string(attempts) +
+                                               " fetches of the chunk)");
+        throw;
+      }
+      remote->BackoffBeforeRetry(attempt);
+    }
+  }
+}
+
+void Container::ReadChunkOnce(uint64_t i, void* dst, bool check) const {
   const format::ChunkRecord c = chunk(i);  // from the private index: every size below is checked
   auto* out = static_cast<uint8_t*>(dst);
   auto fail = [&](const std::string& why) { throw Error(ErrorKind::kCorrupt, DescribeChunk(i) + ": " + why); };
@@ -178,7 +218,7 @@ void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
     // Straight into dst, each piece hashed where it landed: the checksum covers exactly the
     // bytes the caller gets, whatever the file holds by now.
     uint64_t got;
-    if (c.raw_bytes <= kHashPiece) {
+    if (c.raw_bytes <= kHashPiece || file_->remote()) {  // remote: one ranged GET per chunk
       file_->ReadAt(c.offset, c.raw_bytes, out);
       if (!check) return;
       got = format::Checksum(out, c.raw_bytes);

@@ -97,9 +97,14 @@ template <typename Fn>
 void Verifier::Scan(uint64_t offset, uint64_t n, bool copy, Fn&& fn) {
   bool going = true;
   for (uint64_t at = 0; at < n;) {
-    const uint64_t len = std::min(copy ? kCopyBytes : kSliceBytes, n - at);
+    const uint64_t len = std::min(copy || c_.file().remote() ? kCopyBytes : kSliceBytes, n - at);
     const uint8_t* mapped = c_.data() + offset + at;
-    if (going && !Cancelled()) {
+    if (going && !Cancelled() && c_.file().remote()) {
+      // An object: no mapping; the bytes come by ranged GET into the thread's buffer.
+      uint8_t* buffer = ThreadBuffer();
+      c_.file().ReadAt(offset + at, len, buffer);
+      going = fn(buffer, len);
+    } else if (going && !Cancelled()) {
       bool shrank;
       if (copy) {
         uint8_t* buffer = ThreadBuffer();

@@ -17,6 +17,7 @@
 #include "format/chunk_pipeline.h"
 #include "format/index_builder.h"
 #include "format/layout.h"
+#include "remote/s3.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -42,6 +43,34 @@ const WriterOptions& CheckOptions(const WriterOptions& o, const std::string& des
     Invalid(destination + ": zstd_level must be 0 (raw) or 1.." + std::to_string(ZSTD_maxCLevel()));
   return o;
 }
+
+// Where the bytes go: a local file written atomically (common/atomic_file.h), or an object
+// (s3://) written as a multipart upload that appears only at Commit (remote/s3.h).
+class Output {
+ public:
+  explicit Output(const std::string& destination) : destination_(destination) {
+    if (remote::IsObjectUrl(destination)) object_ = std::make_unique<remote::ObjectWriter>(destination);
+    else local_ = std::make_unique<AtomicFile>(destination);
+  }
+  void Write(const void* data, size_t n) { object_ ? object_->Write(data, n) : local_->Write(data, n); }
+  void WriteZeros(uint64_t n) {
+    if (local_) return local_->WriteZeros(n);
+    static const uint8_t zeros[4096] = {};
+    for (; n > 0; n -= std::min<uint64_t>(n, sizeof zeros)) object_->Write(zeros, std::min<uint64_t>(n, sizeof zeros));
+  }
+  void WriteAt(uint64_t offset, const void* data, size_t n) {
+    object_ ? object_->WriteAt(offset, data, n) : local_->WriteAt(offset, data, n);
+  }
+  uint64_t position() const { return object_ ? object_->position() : local_->position(); }
+  const std::string& destination() const { return destination_; }
+  void Commit() { object_ ? object_->Commit() : (void)local_->Commit(); }
+  void Abort() { object_ ? object_->Abort() : local_->Abort(); }
+
+ private:
+  std::string destination_;
+  std::unique_ptr<AtomicFile> local_;
+  std::unique_ptr<remote::ObjectWriter> object_;
+};
 
 struct StorageEntry {
   StorageRecord record;
@@ -275,7 +304,7 @@ struct ContainerWriter::Impl {
 
   WriterOptions options;
   Superblock superblock;
-  AtomicFile file;
+  Output file;
   std::vector<StorageEntry> storages;
   std::vector<ChunkRecord> chunks;  // written so far, in file order
   std::vector<NewTensor> tensors;

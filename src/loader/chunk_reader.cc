@@ -58,6 +58,13 @@ int ReopenDirect(int fd) {
 
 ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify, bool direct_when_uncached)
     : c_(c), method_(method), verify_(verify) {
+  if (c_.file().remote()) {
+    // An object: no mapping, no descriptor; every chunk is one ranged GET (Container::ReadChunk,
+    // which fetches a chunk failing its checksum again), each reader thread a connection.
+    method_ = ReadMethod::kPread;
+    remote_ = true;
+    return;
+  }
   if (method_ == ReadMethod::kMmap) {
     c_.file().AdviseSequential(0, c_.file_bytes());
     return;
@@ -209,12 +216,20 @@ void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t 
 }
 
 void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
+  if (remote_) return ReadRemote(b, plan, d, slot);
   if (!b.in_slot) return ReadDirect(b, d);
   if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
     // zstd frames are read (pread, whatever the method), checked and decoded by the container.
     c_.ReadChunk(i, slot + plan.slot_offset[i], verify_);
+  }
+}
+
+void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
+  for (uint64_t i = b.first; i < b.last; ++i) {
+    if (!d.needed(i)) continue;
+    c_.ReadChunk(i, b.in_slot ? slot + plan.slot_offset[i] : d.of(i)[0].dst, verify_);
   }
 }
 

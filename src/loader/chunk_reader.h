@@ -52,6 +52,8 @@ class ChunkReader {
   void ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                 const Destinations& d) const;
   void ReadDirect(const Batch& b, const Destinations& d) const;
+  // An object (s3://): chunk by chunk, each a ranged GET into its slot place or destination.
+  void ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const;
   // A run of raw chunks going whole to one CPU destination: file bytes [begin, end) -> dst,
   // chunks [first, last).
   struct DestinationSpan {
@@ -75,6 +77,7 @@ class ChunkReader {
   int direct_fd_ = -1;    // owned: the O_DIRECT reopening (kDirect, or uncached reads)
   int uncached_fd_ = -1;  // direct_fd_ for ranges not in the page cache with kPread (-1: none)
   mutable std::atomic<uint64_t> uncached_bytes_{0};
+  bool remote_ = false;
 };
 
 }  // namespace zckpt::loader

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "common/mapped_file.h"
 #include "loader/chunk_reader.h"
 #include "loader/copy_engine.h"
 #include "loader/plan.h"
@@ -54,7 +55,9 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   // Batches read straight into destinations: by default large, so that a reader keeps several
   // O_DIRECT reads in flight across a batch's storages when the file is not cached; a slot's
   // worth when the caller sized the slots (finer progress and cancel steps).
-  po.batch_bytes = o.slot_bytes == 0 ? std::max(slot_bytes, kDestinationBatchBytes) : slot_bytes;
+  // From an object, a slot's worth too: each batch is a reader's run of ranged GETs, so smaller
+  // batches spread the chunks over all the connections.
+  po.batch_bytes = o.slot_bytes == 0 && !c.file().remote() ? std::max(slot_bytes, kDestinationBatchBytes) : slot_bytes;
   po.align_spans = reader.method() == ReadMethod::kDirect;
   po.read_into_destination = o.cpu_read_into_destination && reader.method() != ReadMethod::kDirect;
   Plan plan = MakePlan(c, d, po);

@@ -15,11 +15,12 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BASE = {"common"}
-LOW = BASE | {"format", "pickle", "pt", "safetensors"}
+LOW = BASE | {"remote", "format", "pickle", "pt", "safetensors"}
 SHARED = LOW | {"checkpoint"}
 ALLOWED = {
     "common": set(),
-    "format": BASE,
+    "remote": BASE,
+    "format": BASE | {"remote"},
     "pickle": BASE,
     "pt": BASE,
     "safetensors": BASE,

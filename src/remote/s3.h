@@ -1,0 +1,74 @@
+// S3-compatible object storage over libcurl: configuration as the AWS tools read it, signed
+// requests with retries, objects read as a ByteSource, multipart uploads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/byte_source.h"
+
+namespace zckpt::remote {
+
+// True for "s3://..." (the only scheme so far).
+bool IsObjectUrl(std::string_view path);
+
+struct ObjectLocation {
+  std::string bucket, key;
+};
+// "s3://bucket/key" -> {bucket, key}; Error(kInvalidArgument) when either is empty.
+ObjectLocation ParseObjectUrl(const std::string& url);
+
+struct S3Config {
+  std::string endpoint;  // "http://127.0.0.1:9000" (custom: path-style) or "" (AWS: virtual-host)
+  std::string region = "us-east-1";
+  std::string access_key, secret_key, session_token;  // empty access_key: unsigned requests
+  bool path_style = false;
+  unsigned attempts = 5;        // tries per request (transient failures), and per chunk re-fetch
+  double backoff_s = 0.2;       // first wait; doubled each retry, capped at 5 s, with jitter
+  long timeout_s = 30;          // no byte for this long: the attempt fails (a stalled server)
+  long connect_timeout_s = 10;
+  unsigned connections = 8;     // parallel ranged GETs a load may keep open
+};
+
+// From the environment and the shared files, as the AWS CLI/SDKs read them:
+// AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (or endpoint_url in the profile of ~/.aws/config),
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (else the profile's keys in
+// ~/.aws/credentials, AWS_SHARED_CREDENTIALS_FILE), AWS_REGION / AWS_DEFAULT_REGION (else the
+// profile's region in ~/.aws/config, AWS_CONFIG_FILE), AWS_PROFILE (default "default").
+// zckpt's own: ZCKPT_S3_ADDRESSING=path|virtual, ZCKPT_S3_ATTEMPTS, ZCKPT_S3_BACKOFF (seconds),
+// ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS.
+S3Config LoadS3Config();
+
+// Opens the object at `url` (HEAD): its size and ETag are pinned; every read is a ranged GET
+// with If-Match on that ETag, retried with backoff on 5xx/429, resets, stalls and short bodies.
+// A replaced object is Error(kIo) saying so. Errors name the URL and the byte range.
+std::unique_ptr<ByteSource> OpenObject(const std::string& url);
+
+// Writes an object with a multipart upload: parts are sent as they fill (several at once); the
+// object appears only at Commit (CompleteMultipartUpload). Destroyed or aborted before Commit,
+// the upload is aborted and whatever the key held before is untouched.
+class ObjectWriter {
+ public:
+  explicit ObjectWriter(const std::string& url);
+  ~ObjectWriter();
+  ObjectWriter(const ObjectWriter&) = delete;
+  ObjectWriter& operator=(const ObjectWriter&) = delete;
+
+  void Write(const void* data, size_t n);
+  // Overwrites [offset, offset + n) of what was written; must lie in the first part (kept in
+  // memory until Commit for that): the container's superblock, rewritten at the end.
+  void WriteAt(uint64_t offset, const void* data, size_t n);
+  uint64_t position() const;
+  void Commit();
+  void Abort();
+  const std::string& url() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zckpt::remote

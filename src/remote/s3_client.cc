@@ -1,0 +1,234 @@
+#include "remote/s3_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "zckpt/error.h"
+
+namespace zckpt::remote {
+
+namespace {
+
+constexpr size_t kMaxErrorBody = 64 << 10;
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// One easy handle per thread: libcurl keeps its connections alive between requests.
+struct ThreadHandle {
+  CURL* h = nullptr;
+  ThreadHandle() {
+    GlobalInit();
+    h = curl_easy_init();
+  }
+  ~ThreadHandle() {
+    if (h) curl_easy_cleanup(h);
+  }
+};
+
+CURL* Handle() {
+  thread_local ThreadHandle t;
+  if (!t.h) throw Error(ErrorKind::kOutOfMemory, "curl_easy_init failed");
+  curl_easy_reset(t.h);
+  return t.h;
+}
+
+// S3's key encoding: everything but unreserved characters and '/' percent-encoded.
+std::string EncodeKey(const std::string& key) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : key) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == '/') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    }
+  }
+  return out;
+}
+
+struct Transfer {
+  const Request* req;
+  Response* resp;
+  CURL* h;
+  uint64_t sent = 0;
+};
+
+size_t OnBody(char* p, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t len = size * n;
+  long status = 0;
+  curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
+  if (status / 100 == 2 && t->req->sink) {
+    // More than asked for: a server that ignored the range. Stop (the transfer fails).
+    if (len > t->req->sink_bytes - t->resp->received) return 0;
+    std::memcpy(t->req->sink + t->resp->received, p, len);
+    t->resp->received += len;
+    return len;
+  }
+  if (t->resp->body.size() < kMaxErrorBody) t->resp->body.append(p, std::min(len, kMaxErrorBody - t->resp->body.size()));
+  return len;
+}
+
+size_t OnHeader(char* p, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t len = size * n;
+  std::string line(p, len);
+  size_t colon = line.find(':');
+  if (colon != std::string::npos) {
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (name == "etag") {
+      std::string v = line.substr(colon + 1);
+      size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t\r\n");
+      t->resp->etag = b == std::string::npos ? "" : v.substr(b, e - b + 1);
+    }
+  }
+  return len;
+}
+
+size_t OnUpload(char* p, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t len = std::min<uint64_t>(size * n, t->req->upload_bytes - t->sent);
+  std::memcpy(p, t->req->upload + t->sent, len);
+  t->sent += len;
+  return len;
+}
+
+}  // namespace
+
+std::string XmlValue(const std::string& xml, const std::string& tag) {
+  size_t b = xml.find("<" + tag + ">");
+  if (b == std::string::npos) return "";
+  b += tag.size() + 2;
+  size_t e = xml.find("</" + tag + ">", b);
+  return e == std::string::npos ? "" : xml.substr(b, e - b);
+}
+
+bool Response::transient() const {
+  if (curl_code != CURLE_OK) return true;
+  if (status >= 500 || status == 429) return true;
+  return false;
+}
+
+std::string Response::Describe() const {
+  if (curl_code != CURLE_OK) return curl_error;
+  std::string s = "HTTP " + std::to_string(status);
+  std::string code = XmlValue(body, "Code"), msg = XmlValue(body, "Message");
+  if (!code.empty()) s += " " + code;
+  if (!msg.empty()) s += ": " + msg;
+  return s;
+}
+
+S3Client::S3Client(S3Config config) : config_(std::move(config)) {}
+
+std::string S3Client::Url(const std::string& bucket, const std::string& key, const std::string& query) const {
+  std::string url;
+  std::string ek = EncodeKey(key);
+  if (config_.path_style) {
+    std::string ep = config_.endpoint.empty() ? "https://s3." + config_.region + ".amazonaws.com" : config_.endpoint;
+    url = ep + "/" + bucket + (ek.empty() ? "" : "/" + ek);
+  } else if (config_.endpoint.empty()) {
+    url = "https://" + bucket + ".s3." + config_.region + ".amazonaws.com/" + ek;
+  } else {
+    size_t scheme = config_.endpoint.find("://");
+    size_t host = scheme == std::string::npos ? 0 : scheme + 3;
+    url = config_.endpoint.substr(0, host) + bucket + "." + config_.endpoint.substr(host) + "/" + ek;
+  }
+  if (!query.empty()) url += "?" + query;
+  return url;
+}
+
+Response S3Client::Perform(const Request& r) const {
+  Response resp;
+  CURL* h = Handle();
+  Transfer t{&r, &resp, h};
+  std::string url = Url(r.bucket, r.key, r.query);
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, config_.connect_timeout_s);
+  // A server that stops sending: under 1 byte/s for timeout_s fails the attempt (no hang).
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, config_.timeout_s);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  std::string sigv4 = "aws:amz:" + config_.region + ":s3";
+  std::string userpwd = config_.access_key + ":" + config_.secret_key;
+  if (!config_.access_key.empty()) {
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
+  }
+  curl_slist* headers = nullptr;
+  std::vector<std::string> hs = r.headers;
+  if (!config_.session_token.empty()) hs.push_back("x-amz-security-token: " + config_.session_token);
+  // The payload is not hashed into the signature (S3 accepts this over TLS; bodies are
+  // checksummed by zckpt itself).
+  hs.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+  hs.push_back("Expect:");
+  if (r.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (r.method == "PUT" || r.method == "POST") {
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, OnUpload);
+    curl_easy_setopt(h, CURLOPT_READDATA, &t);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.upload_bytes));
+    if (r.method == "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "POST");
+  } else if (r.method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method.c_str());
+  }
+  for (const std::string& s : hs) headers = curl_slist_append(headers, s.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  CURLcode rc = curl_easy_perform(h);
+  curl_slist_free_all(headers);
+  resp.curl_code = rc;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  curl_off_t cl = -1;
+  if (curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) == CURLE_OK) resp.content_length = cl;
+  if (rc != CURLE_OK) resp.curl_error = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "");
+  return resp;
+}
+
+void S3Client::Backoff(unsigned retry) const {
+  // Jitter from a splitmix64 step (8 bytes of TLS: the libraries are loaded with dlopen into
+  // processes whose static TLS is nearly full, so no std::mt19937 here).
+  thread_local uint64_t state = 0;
+  if (state == 0) state = std::random_device{}() | 1;
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  double wait = std::min(5.0, config_.backoff_s * static_cast<double>(1u << std::min(retry - 1, 10u)));
+  wait *= 0.5 + 0.5 * static_cast<double>(z >> 11) / static_cast<double>(1ull << 53);
+  std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+}
+
+Response S3Client::PerformRetrying(const Request& r, const std::function<bool(const Response&)>& ok) const {
+  Response resp;
+  for (unsigned attempt = 1;; ++attempt) {
+    resp = Perform(r);
+    bool short_body = resp.curl_code == 0 && resp.status / 100 == 2 && ok && !ok(resp);
+    if (!resp.transient() && !short_body) return resp;
+    if (short_body) {
+      resp.curl_code = CURLE_PARTIAL_FILE;
+      resp.curl_error = "short response: " + std::to_string(resp.received) + " of " + std::to_string(r.sink_bytes) + " bytes";
+    }
+    if (attempt >= config_.attempts) return resp;
+    Backoff(attempt);
+  }
+}
+
+}  // namespace zckpt::remote

@@ -1,0 +1,55 @@
+// One signed S3 request over libcurl (a per-thread easy handle, so connections are reused), and
+// the retry loop every caller shares. Internal to src/remote.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "remote/s3.h"
+
+namespace zckpt::remote {
+
+struct Request {
+  std::string method = "GET";  // GET, HEAD, PUT, POST, DELETE
+  std::string bucket, key;
+  std::string query;  // "uploadId=...&partNumber=1" (already encoded), or ""
+  std::vector<std::string> headers;
+  const uint8_t* upload = nullptr;  // body of PUT/POST
+  uint64_t upload_bytes = 0;
+  uint8_t* sink = nullptr;  // a 2xx body goes here (at most sink_bytes), else into Response::body
+  uint64_t sink_bytes = 0;
+};
+
+struct Response {
+  int curl_code = 0;        // CURLE_OK or why the transfer failed
+  std::string curl_error;   // its text
+  long status = 0;          // HTTP status
+  std::string body;         // non-sink body (errors, XML replies), capped
+  std::string etag;
+  uint64_t received = 0;    // bytes written to the sink
+  int64_t content_length = -1;  // the Content-Length header (HEAD: the object's size)
+  bool transient() const;   // worth another attempt: transfer failed, 5xx, 429/503 SlowDown
+  std::string Describe() const;  // "HTTP 403 AccessDenied: ..." / "connection reset: ..."
+};
+
+class S3Client {
+ public:
+  explicit S3Client(S3Config config);
+  const S3Config& config() const { return config_; }
+  std::string Url(const std::string& bucket, const std::string& key, const std::string& query) const;
+  Response Perform(const Request& r) const;
+  // Perform, again after a backoff while the response is transient (or `ok` says it is short),
+  // at most config().attempts times; returns the last response.
+  Response PerformRetrying(const Request& r, const std::function<bool(const Response&)>& ok) const;
+  void Backoff(unsigned retry) const;
+
+ private:
+  S3Config config_;
+};
+
+// "<Tag>value</Tag>" from an XML reply, or "".
+std::string XmlValue(const std::string& xml, const std::string& tag);
+
+}  // namespace zckpt::remote
