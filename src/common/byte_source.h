@@ -22,6 +22,8 @@ class ByteSource {
   // Attempts a reader may make to fetch one checksummed range again when its bytes fail their
   // checksum (a local file: 1, its bytes would be the same).
   virtual unsigned refetch_attempts() const { return 1; }
+  // Reader threads (connections) a loader should use at least.
+  virtual unsigned connections() const { return 1; }
   // Waits before attempt `attempt` (1-based retry count) of a re-fetch.
   virtual void BackoffBeforeRetry(unsigned attempt) const { (void)attempt; }
 };

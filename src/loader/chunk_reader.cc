@@ -226,39 +226,66 @@ void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, 
   }
 }
 
-void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
-  for (uint64_t i = b.first; i < b.last; ++i) {
-    if (!d.needed(i)) continue;
-    c_.ReadChunk(i, b.in_slot ? slot + plan.slot_offset[i] : d.of(i)[0].dst, verify_);
-  }
-}
+namespace {
 
-void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
-  std::vector<DestinationSpan> spans;
+// Walks the needed chunks of batch `b`: a zstd chunk alone, zstd(i, dst); consecutive raw chunks
+// adjacent both in the file and in memory (a storage's run) as one, run(offset, len, dst, i, j)
+// for chunks [i, j).
+template <typename DstOf, typename Zstd, typename Run>
+void ForEachRun(const Container& c, const Batch& b, const Destinations& d, DstOf dst_of, Zstd zstd, Run run) {
   uint64_t i = b.first;
   while (i < b.last) {
     if (!d.needed(i)) {
       ++i;
       continue;
     }
-    format::ChunkRecord r = c_.chunk(i);
-    uint8_t* dst = d.of(i)[0].dst;
+    const format::ChunkRecord r = c.chunk(i);
+    uint8_t* dst = dst_of(i);
     if (IsZstd(r)) {
-      PopulateForWrite(dst, r.raw_bytes);
-      c_.ReadChunk(i, dst, verify_);
+      zstd(i, dst, r);
       ++i;
       continue;
     }
-    // Consecutive raw chunks adjacent both in the file and in memory (a storage's run): one span.
     uint64_t j = i + 1, len = r.raw_bytes;
     for (; j < b.last && d.needed(j); ++j) {
-      format::ChunkRecord n = c_.chunk(j);
-      if (IsZstd(n) || n.offset != r.offset + len || d.of(j)[0].dst != dst + len) break;
+      format::ChunkRecord n = c.chunk(j);
+      if (IsZstd(n) || n.offset != r.offset + len || dst_of(j) != dst + len) break;
       len += n.raw_bytes;
     }
-    spans.push_back({r.offset, r.offset + len, dst, i, j});
+    run(r.offset, len, dst, i, j);
     i = j;
   }
+}
+
+}  // namespace
+
+void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
+  ForEachRun(
+      c_, b, d, [&](uint64_t i) { return b.in_slot ? slot + plan.slot_offset[i] : d.of(i)[0].dst; },
+      [&](uint64_t i, uint8_t* dst, const format::ChunkRecord&) { c_.ReadChunk(i, dst, verify_); },
+      [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
+        // One ranged GET for the run, then each chunk checked where it landed; one that fails
+        // is fetched again alone (ReadChunk, which retries it and then names it).
+        c_.file().ReadAt(offset, len, dst);
+        for (uint64_t k = first; k < last && verify_; ++k) {
+          format::ChunkRecord n = c_.chunk(k);
+          if (format::Checksum(dst + (n.offset - offset), n.raw_bytes) != n.stored_checksum)
+            c_.ReadChunk(k, dst + (n.offset - offset), true);
+        }
+      });
+}
+
+void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
+  std::vector<DestinationSpan> spans;
+  ForEachRun(
+      c_, b, d, [&](uint64_t i) { return d.of(i)[0].dst; },
+      [&](uint64_t i, uint8_t* dst, const format::ChunkRecord& r) {
+        PopulateForWrite(dst, r.raw_bytes);
+        c_.ReadChunk(i, dst, verify_);
+      },
+      [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
+        spans.push_back({offset, offset + len, dst, first, last});
+      });
   ReadDestinationSpans(spans, d);
 }
 

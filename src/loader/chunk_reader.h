@@ -52,7 +52,9 @@ class ChunkReader {
   void ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                 const Destinations& d) const;
   void ReadDirect(const Batch& b, const Destinations& d) const;
-  // An object (s3://): chunk by chunk, each a ranged GET into its slot place or destination.
+  // An object (s3://): each run of raw chunks adjacent in the object and in memory one ranged GET
+  // into its slot place or destination, each chunk then checked (a bad one fetched again alone);
+  // zstd chunks one GET each.
   void ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const;
   // A run of raw chunks going whole to one CPU destination: file bytes [begin, end) -> dst,
   // chunks [first, last).

@@ -29,6 +29,9 @@ namespace {
 class Mapping {
  public:
   explicit Mapping(const Container& c) : size_(c.file_bytes()) {
+    if (c.file().remote())
+      throw Error(ErrorKind::kInvalidArgument, c.path() + ": an object in object storage cannot be mapped: load it "
+                                                          "(zckpt.load without mmap=True), or download it first");
     if (c.file().fd() < 0) throw Error(ErrorKind::kInvalidArgument, c.path() + ": a container opened from memory cannot be mapped");
     // PROT_WRITE + MAP_PRIVATE: tensors may be written like any CPU tensor; the written pages are
     // copied on write and the file never changes (torch.load(mmap=True) does the same).

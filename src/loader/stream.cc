@@ -28,6 +28,7 @@ namespace {
 
 constexpr uint64_t kDefaultSlotBytes = 8ull << 20;
 constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
+constexpr uint64_t kRemoteBatchBytes = 16ull << 20;
 
 // kAuto: pread. Measured on the CPU path (tools/bench/bench.py, warm page cache), pread
 // straight into the destination beat a memcpy out of the mapping (which pays a page fault per
@@ -44,9 +45,14 @@ uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes) {
   return std::max(aligned, chunk_bytes);
 }
 
-LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOptions& o,
+LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOptions& given,
                        const std::vector<CudaDevice>& cuda_devices, const StagingHooks& staging) {
   LoadStats stats;
+  LoadOptions o = given;
+  // From an object, each reader thread is one connection waiting on the network more than on the
+  // CPU: at least as many as the source asks for (ZCKPT_S3_CONNECTIONS, default 8); the ring
+  // grows with them as for local reads (RingSlots).
+  if (const ByteSource* remote = c.file().remote()) o.threads = std::max(o.threads, remote->connections());
   uint64_t slot_bytes = ResolveSlotBytes(o, c.superblock().chunk_bytes);
   ChunkReader reader(c, Resolve(o.method), o.verify, o.direct_when_uncached);
   PlanOptions po;
@@ -55,9 +61,10 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   // Batches read straight into destinations: by default large, so that a reader keeps several
   // O_DIRECT reads in flight across a batch's storages when the file is not cached; a slot's
   // worth when the caller sized the slots (finer progress and cancel steps).
-  // From an object, a slot's worth too: each batch is a reader's run of ranged GETs, so smaller
-  // batches spread the chunks over all the connections.
-  po.batch_bytes = o.slot_bytes == 0 && !c.file().remote() ? std::max(slot_bytes, kDestinationBatchBytes) : slot_bytes;
+  // From an object, 16 MiB: each batch is a reader's ranged GETs (one per run of raw chunks),
+  // large enough to keep request overhead small, small enough to spread over the connections.
+  po.batch_bytes = o.slot_bytes == 0 ? std::max(slot_bytes, c.file().remote() ? kRemoteBatchBytes : kDestinationBatchBytes)
+                                     : slot_bytes;
   po.align_spans = reader.method() == ReadMethod::kDirect;
   po.read_into_destination = o.cpu_read_into_destination && reader.method() != ReadMethod::kDirect;
   Plan plan = MakePlan(c, d, po);

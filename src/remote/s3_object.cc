@@ -62,6 +62,7 @@ class ObjectSource final : public ByteSource {
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return url_; }
   unsigned refetch_attempts() const override { return client_.config().attempts; }
+  unsigned connections() const override { return client_.config().connections; }
   void BackoffBeforeRetry(unsigned attempt) const override { client_.Backoff(attempt); }
 
   void ReadAt(uint64_t offset, uint64_t n, void* dst) const override {

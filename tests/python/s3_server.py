@@ -99,9 +99,11 @@ class MotoServer:
 
 class FaultProxy:
     """HTTP/1.1 proxy on 127.0.0.1 in front of `upstream`. `fault(method, path, headers, n)`,
-    where n counts the ranged GETs seen so far (from 1), returns None (pass through) or one of
-    ("status", CODE) / ("reset",) / ("flip",) / ("stall", SECONDS) / ("forbidden",) /
-    ("before", callable); every request is logged in `log` as (method, path, range)."""
+    where n numbers the ranged GETs (from 1; 0 for every other request), returns None (pass
+    through) or one of ("status", CODE) / ("reset",) (half the body, then RST) / ("flip",) or
+    ("flip", AT) (a byte of the body, the middle one or body[AT]) / ("stall", SECONDS) /
+    ("forbidden",) (403 InvalidAccessKeyId) / ("before", callable) (runs it, then passes through);
+    every request is logged in `log` as (method, path, range)."""
 
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
@@ -126,8 +128,7 @@ class FaultProxy:
                         proxy.ranged_gets += 1
                     n = proxy.ranged_gets
                     proxy.log.append((self.command, self.path, self.headers.get("Range")))
-                action = proxy.fault(self.command, self.path, self.headers, n) if ranged or self.command != "GET" else \
-                    proxy.fault(self.command, self.path, self.headers, 0)
+                action = proxy.fault(self.command, self.path, self.headers, n if ranged else 0)
                 if action and action[0] == "before":
                     action[1]()
                     action = None
@@ -156,7 +157,7 @@ class FaultProxy:
                                                                              "content-length")}
                 if action and action[0] == "flip" and data:
                     data = bytearray(data)
-                    data[len(data) // 2] ^= 0x40
+                    data[action[1] if len(action) > 1 else len(data) // 2] ^= 0x40
                     data = bytes(data)
                 if action and action[0] == "reset" and len(data) > 1:
                     self.send_response(r.status)
