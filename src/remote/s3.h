@@ -42,6 +42,9 @@ struct S3Config {
 // ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS.
 S3Config LoadS3Config();
 
+// HEAD: true for 2xx, false for 404, Error(kIo) otherwise.
+bool ObjectExists(const std::string& url);
+
 // Opens the object at `url` (HEAD): its size and ETag are pinned; every read is a ranged GET
 // with If-Match on that ETag, retried with backoff on 5xx/429, resets, stalls and short bodies.
 // A replaced object is Error(kIo) saying so. Errors name the URL and the byte range.

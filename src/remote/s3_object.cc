@@ -11,6 +11,7 @@
 #include "remote/s3.h"
 #include "remote/s3_client.h"
 #include "zckpt/error.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt::remote {
 
@@ -31,7 +32,12 @@ ObjectLocation ParseObjectUrl(const std::string& url) {
 namespace {
 
 std::string Range(uint64_t offset, uint64_t n) {
-  return "[" + std::to_string(offset) + ", " + std::to_string(offset + n) + ")";
+  std::string s(1, '[');  // (appends, not "[" + ...: GCC 12 warns falsely of the latter)
+  s += std::to_string(offset);
+  s += ", ";
+  s += std::to_string(offset + n);
+  s += ')';
+  return s;
 }
 
 // The advice for an error that no retry mends.
@@ -97,9 +103,29 @@ class ObjectSource final : public ByteSource {
 
 }  // namespace
 
+bool ObjectExists(const std::string& url) {
+  ObjectLocation loc = ParseObjectUrl(url);
+  S3Client client(LoadS3Config());
+  Request r;
+  r.method = "HEAD";
+  r.bucket = loc.bucket;
+  r.key = loc.key;
+  Response resp = client.PerformRetrying(r, {});
+  if (resp.curl_code == CURLE_OK && resp.status == 404) return false;
+  if (resp.curl_code == CURLE_OK && resp.status / 100 == 2) return true;
+  throw Error(ErrorKind::kIo, "cannot look up " + url + ": " + resp.Describe() + Advice(resp.status));
+}
+
 std::unique_ptr<ByteSource> OpenObject(const std::string& url) {
   ObjectLocation loc = ParseObjectUrl(url);
   return std::make_unique<ObjectSource>(url, std::move(loc), S3Client(LoadS3Config()));
 }
 
 }  // namespace zckpt::remote
+
+namespace zckpt {
+
+bool IsObjectUrl(std::string_view path) { return remote::IsObjectUrl(path); }
+bool ObjectExists(const std::string& url) { return remote::ObjectExists(url); }
+
+}  // namespace zckpt

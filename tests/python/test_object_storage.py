@@ -271,6 +271,14 @@ def test_convert_to_s3(s3env, moto, tmp_path):
     r = zckpt_testing.run_cli("convert", pt, "-o", url)
     assert r.returncode == 0, r.stdout + r.stderr
     assert_same(zckpt.load(url), torch.load(pt))
+    _, first = moto.get(BUCKET, "converted.zckpt")
+    # An existing object is a destination that exists: refused without --force, as a file is.
+    again = zckpt_testing.run_cli("convert", pt, "-o", url)
+    assert again.returncode == 2 and "exists" in again.stderr, again.stdout + again.stderr
+    assert moto.get(BUCKET, "converted.zckpt")[1] == first
+    forced = zckpt_testing.run_cli("convert", pt, "-o", url, "--force")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert_same(zckpt.load(url), torch.load(pt))
 
 
 def test_failed_upload_is_aborted_and_the_old_object_stays(s3env, proxy, moto, monkeypatch):
@@ -312,3 +320,18 @@ def test_upload_killed_half_way_leaves_the_old_object(s3env, proxy, moto, tmp_pa
     status, now = moto.get(BUCKET, key)
     assert status == 200 and now == old
     assert_same(zckpt.load(url), model())
+
+
+def test_zstd_chunks_from_s3_with_damage_fetched_again(s3env, proxy, moto, tmp_path):
+    obj = {"zeros": torch.zeros(200000), "ids": torch.arange(100000, dtype=torch.int64), "noise": torch.randn(30000)}
+    local = str(tmp_path / "z.zckpt")
+    zckpt.save(obj, local, chunk_bytes=CHUNK, zstd_level=3)
+    with open(local, "rb") as f:
+        data = f.read()
+    moto.put(BUCKET, "z.zckpt", data)
+    url = f"s3://{BUCKET}/z.zckpt"
+    assert_same(zckpt.load(url), obj)
+    # Damage the 2nd and 5th ranged GETs: zstd frames that fail their checksum are fetched again.
+    proxy.reset(lambda method, path, headers, n: ("flip",) if n in (2, 5) else None)
+    assert_same(zckpt.load(url), obj)
+    assert os.path.getsize(local) < 200000 * 4  # zeros and ids compressed: zstd chunks were read

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "printable.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt::cli {
 
@@ -184,6 +185,7 @@ std::string MisleadingExtension(const std::string& path, const std::string& writ
 }
 
 bool Exists(const std::string& path) {
+  if (IsObjectUrl(path)) return ObjectExists(path);  // s3://: a HEAD
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;
 }
