@@ -76,6 +76,11 @@ class Verifier {
     return stop_.load(std::memory_order_relaxed) || (o_.cancel && o_.cancel->load(std::memory_order_relaxed));
   }
   void Progress(uint64_t bytes);
+  // Runs check(found) over a region of `bytes` (`chunks` chunks); from an object, a region found damaged is read
+  // and checked again (the bytes may have been damaged on the way), with backoff, and reported
+  // only when the damage persists ("(the same after N fetches)").
+  template <typename Check>
+  void Refetching(uint64_t bytes, uint64_t chunks, std::vector<Found>* out, Check&& check);
 
   const Container& c_;
   const VerifyOptions& o_;
@@ -119,6 +124,26 @@ void Verifier::Scan(uint64_t offset, uint64_t n, bool copy, Fn&& fn) {
     c_.file().Release(offset + at, len);
     Progress(len);
     at += len;
+  }
+}
+
+template <typename Check>
+void Verifier::Refetching(uint64_t bytes, uint64_t chunks, std::vector<Found>* out, Check&& check) {
+  const ByteSource* remote = c_.file().remote();
+  const unsigned attempts = remote ? remote->refetch_attempts() : 1;
+  for (unsigned attempt = 1;; ++attempt) {
+    std::vector<Found> found;
+    check(&found);
+    if (found.empty() || attempt >= attempts || Cancelled()) {
+      for (Found& f : found) {
+        if (attempts > 1) f.problem.message += " (the same after " + std::to_string(attempts) + " fetches)";
+        out->push_back(std::move(f));
+      }
+      return;
+    }
+    done_.fetch_sub(bytes, std::memory_order_relaxed);  // counted again by the next pass
+    chunks_checked_.fetch_sub(chunks, std::memory_order_relaxed);
+    remote->BackoffBeforeRetry(attempt);
   }
 }
 
@@ -194,15 +219,15 @@ void Verifier::Worker(uint64_t begin, uint64_t end, std::vector<Found>* out) {
   for (;; ++i) {
     uint64_t next = i < regions_.size() ? regions_[i].offset : data_end_;
     uint64_t stop = std::min(next, end);
-    if (cursor < stop) CheckGap(gap_begin, next, cursor, stop, out);
+    if (cursor < stop) Refetching(stop - cursor, 0, out, [&](std::vector<Found>* o) { CheckGap(gap_begin, next, cursor, stop, o); });
     if (i >= regions_.size() || regions_[i].offset >= end || Cancelled()) break;
     const Region& r = regions_[i];
     if (r.chunk >= 0) {
       if (!zstd && c_.chunk(static_cast<uint64_t>(r.chunk)).codec == static_cast<uint8_t>(format::Codec::kZstd))
         zstd = std::make_unique<ZstdChunkChecker>();
-      CheckChunk(r, zstd.get(), out);
+      Refetching(r.end - r.offset, 1, out, [&](std::vector<Found>* o) { CheckChunk(r, zstd.get(), o); });
     } else {
-      CheckBlob(r, out);
+      Refetching(r.end - r.offset, 0, out, [&](std::vector<Found>* o) { CheckBlob(r, o); });
     }
     cursor = gap_begin = r.end;
   }

@@ -144,6 +144,19 @@ def byte_range(header):
     return int(lo), int(hi) + 1
 
 
+def flip_object_byte(at):
+    """A proxy fault: object byte `at` flipped in every ranged GET that holds it."""
+
+    def fault(method, path, headers, n):
+        if n >= 1:
+            lo, hi = byte_range(headers["Range"])
+            if lo <= at < hi:
+                return ("flip", at - lo)
+        return None
+
+    return fault
+
+
 def test_flipped_bytes_are_fetched_again(s3env, proxy, uploaded):
     # The 1st ranged GET (the superblock, at open) and the 3rd (a run of chunks) come damaged.
     flipped = []
@@ -162,17 +175,23 @@ def test_flipped_bytes_are_fetched_again(s3env, proxy, uploaded):
         assert sum(1 for a, b in ranges if lo <= a < hi) >= 2, (lo, hi, ranges)
 
 
+def test_verify_fetches_damaged_chunks_again_and_reports_persistent_damage(s3env, proxy, uploaded):
+    proxy.reset(lambda method, path, headers, n: ("flip",) if n == 4 else None)
+    v = zckpt_testing.run_cli("verify", uploaded)
+    assert v.returncode == 0, v.stdout + v.stderr  # damaged once on the way: fetched again, fine
+    assert proxy.ranged_gets >= 5
+
+    proxy.reset(flip_object_byte(5000))
+    v = zckpt_testing.run_cli("verify", uploaded)
+    out = v.stdout + v.stderr
+    assert v.returncode == 1, out
+    assert "embed.weight" in out and "file bytes [4096, " in out and "fetches" in out, out
+
+
 def test_persistently_flipped_bytes_are_refused(s3env, proxy, uploaded):
     # Object byte 5000 (in embed.weight's first chunk, which starts at 4096) comes flipped in
     # every response that holds it.
-    def fault(method, path, headers, n):
-        if n >= 1:
-            lo, hi = byte_range(headers["Range"])
-            if lo <= 5000 < hi:
-                return ("flip", 5000 - lo)
-        return None
-
-    proxy.reset(fault)
+    proxy.reset(flip_object_byte(5000))
     with pytest.raises(zckpt.CorruptError) as e:
         zckpt.load(uploaded)
     msg = str(e.value)
