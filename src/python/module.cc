@@ -20,6 +20,7 @@
 #include "zckpt/error.h"
 #include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
+#include "zckpt/tensor_stream.h"
 
 namespace py = pybind11;
 
@@ -302,6 +303,29 @@ py::object LoadTree(const std::string& path, const std::string& device, bool map
   return TreeToPython(tree, memo);
 }
 
+// TensorStream (zckpt/tensor_stream.h) over one open checkpoint: zckpt.iter_tensors's source.
+std::unique_ptr<TensorStream> OpenTensorStream(std::shared_ptr<Container> c, const std::string& device, bool verify,
+                                               bool verify_first, const std::vector<std::string>& allow_globals) {
+  py::gil_scoped_release release;
+  TensorStreamOptions options;
+  options.load.verify = verify;
+  options.load.allow_globals = allow_globals;
+  options.verify_first = verify_first;
+  return std::make_unique<TensorStream>(std::move(c), c10::Device(device), options);
+}
+
+py::object NextTensor(TensorStream& s) {
+  std::string name;
+  at::Tensor t;
+  bool more;
+  {
+    py::gil_scoped_release release;
+    more = s.Next(&name, &t);
+  }
+  if (!more) throw py::stop_iteration();
+  return py::make_tuple(name, t);
+}
+
 }  // namespace
 
 void BindSave(py::module_& m);  // save_bindings.cc
@@ -353,6 +377,13 @@ PYBIND11_MODULE(_C, m) {
            py::arg("ring") = zckpt::Ring{})
       .def("load_ranges", &zckpt::LoadRangesInto, py::arg("ranges"), py::arg("verify") = true,
            py::arg("allow_globals") = std::vector<std::string>{}, py::arg("ring") = zckpt::Ring{});
+  py::class_<zckpt::TensorStream>(m, "TensorStream")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &zckpt::NextTensor)
+      .def("__len__", &zckpt::TensorStream::remaining);
+  m.def("tensor_stream", &zckpt::OpenTensorStream, py::arg("checkpoint"), py::arg("device") = "cpu",
+        py::arg("verify") = true, py::arg("verify_first") = false,
+        py::arg("allow_globals") = std::vector<std::string>{});
   m.def("open", [](const std::string& path) {
     py::gil_scoped_release release;
     return std::shared_ptr<Container>(zckpt::OpenContainer(path));

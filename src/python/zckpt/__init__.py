@@ -5,6 +5,7 @@ Resume code calls:
     zckpt.load(path, map_location=None, weights_only=True, mmap=False)   # like torch.load
     zckpt.load_into(path, module_or_state_dict_or_optimizer, strict=True)  # in place
     zckpt.convert(src_pt, dst_zckpt), zckpt.export(src_zckpt, dst_pt), zckpt.verify(path)
+    for name, tensor in zckpt.iter_tensors(path_or_folder, device="cpu"):  # one at a time
     zckpt.patch_torch_load(folders=None)  # torch.load reads the .zckpt beside a .pt (undo: unpatch_torch_load)
 
 Training code writes containers directly (no .pt on the way):
@@ -37,10 +38,11 @@ from ._api import (  # noqa: F401
     load_into,
     verify,
 )
+from ._iter import container_files, iter_tensors  # noqa: F401
 from ._patch import patch_stats, patch_torch_load, reset_patch_stats, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
 from ._save import AsyncSaver, async_save, save  # noqa: F401
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
            "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
            "patch_stats", "reset_patch_stats",
-           "OutOfMemoryError"]
+           "OutOfMemoryError", "iter_tensors", "container_files"]

@@ -1,0 +1,83 @@
+"""zckpt.iter_tensors: a checkpoint's tensors one at a time, the weight iterator of inference
+engines (vLLM's and SGLang's `load_weights(weights)`) and of RL weight sync (verl)."""
+import json
+import os
+
+import torch
+
+from . import _C
+from ._api import ZckptError, _allowed, _path
+from ._sharded import records
+
+_INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json
+
+
+def container_files(path):
+    """The containers of `path` in load order: a container alone; a folder written by
+    `zckpt convert` from a sharded checkpoint: the shards its *.zckpt.index.json names, in the
+    order of their names (HF's -0000K-of-0000N.); any other folder: its *.zckpt files, sorted.
+    Raises ZckptError when a folder holds none, or its index names a shard that is not there."""
+    path = _path(path)
+    if not os.path.isdir(path):
+        return [path]
+    names = sorted(os.listdir(path))
+    indexes = [n for n in names if n.endswith(_INDEX_SUFFIX)]
+    if len(indexes) > 1:
+        raise ZckptError(f"{path}: more than one index ({', '.join(indexes)}): give the container or index to load")
+    if indexes:
+        index = os.path.join(path, indexes[0])
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+            files = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ZckptError(f"{index}: not a readable shard index ({type(e).__name__}: {e})") from None
+        missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
+        if missing:
+            raise ZckptError(f"{index} names shards that are not in {path}: {', '.join(missing)}")
+        return [os.path.join(path, f) for f in files]
+    files = [os.path.join(path, n) for n in names if n.endswith(".zckpt") and os.path.isfile(os.path.join(path, n))]
+    if not files:
+        raise ZckptError(f"{path}: no .zckpt containers in this folder (convert one with `zckpt convert DIR -o OUT`)")
+    return files
+
+
+def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, allow_globals=()):
+    """Yields (name, tensor) for every tensor of a container, or of every container of a folder
+    (container_files), in file order.
+
+    Each tensor is streamed by zckpt's loader into a fresh contiguous tensor on `device`
+    (`torch.device`, "cpu", "cuda:N"), reading only its own chunks, each checked against its
+    checksum as it arrives (verify=False: not checked). Memory: the tensor being handed out plus
+    the loader's ring while it loads, nothing else: a consumer that drops each tensor after using
+    it holds at most one tensor beyond what it keeps. Tensors sharing storage in the file (tied
+    weights, views) come out as separate copies.
+
+    verify_first=True checks every chunk of every file (and every file's pickle) before the first
+    tensor is yielded: a corrupt checkpoint raises CorruptError naming file, tensor and byte
+    range while the consumer has received nothing, which is what a weight update that must not
+    be half-applied needs. It reads the files once more (from the page cache when they fit).
+    All files are opened up front and read through those open files, so a checkpoint renamed
+    over the path meanwhile is read whole from the files opened.
+    """
+    device = str(torch.device(device))
+    allowed = _allowed(allow_globals)
+    # Everything that can fail before data moves, for every file, before the first yield.
+    streams = [_C.tensor_stream(_C.open(f), device, verify, verify_first, allowed) for f in container_files(path)]
+    return _stream(streams)  # a generator: iter_tensors itself raises open/vet/verify errors
+
+
+def _stream(streams):
+    for s in streams:
+        for item in s:
+            yield item
+            item = None  # noqa: F841 (the consumer's reference is the only one left)
+
+
+def tensor_table(path):
+    """{name: (dtype name, shape tuple)} of every tensor of a container or converted folder, from
+    the indexes alone (nothing read but them)."""
+    table = {}
+    for f in container_files(path):
+        table.update((r.name, (r.dtype, r.shape)) for r in records(f).values() if not r.internal)
+    return table

@@ -1,0 +1,116 @@
+"""zckpt as a vLLM load format: `LLM(model=DIR, load_format="zckpt")`, `vllm serve DIR
+--load-format zckpt`, where DIR was written by `zckpt convert HF_DIR -o DIR/` (config and
+tokenizer files copied beside the containers).
+
+Registered through vLLM's plugin entry point (group `vllm.general_plugins`, in the package's
+metadata): `register()` runs in every vLLM process, is idempotent, and does nothing when vLLM is
+not installed. Weights come from zckpt.iter_tensors: streamed one tensor at a time, every chunk
+checked; a corrupt chunk stops start-up with CorruptError naming file, tensor and byte range.
+
+Weight reload (the RL update path): `llm.collective_rpc("reload_weights", kwargs={"weights_path":
+NEW_DIR_OR_CONTAINER})` re-enters `get_all_weights`, which, before it returns an iterator (so
+before vLLM moves any layer to the meta device), checks every chunk of every file of the update
+and that it holds exactly the tensors (names, dtypes, shapes) of the checkpoint the engine
+started from. An update that fails either check raises and the engine keeps serving the weights
+it had.
+
+Options (`model_loader_extra_config`): "verify" (default true: check each chunk as it is read),
+"verify_first" (default false at start-up: check every chunk before the first tensor; a reload
+always does), "device" (where tensors are streamed to before vLLM copies them into the
+parameters; default "cpu").
+"""
+import os
+
+_OPTIONS = {"verify": bool, "verify_first": bool, "device": str}
+_CHECKPOINT_ATTR = "_zckpt_checkpoint_tensors"  # set on the model at start-up: what an update must match
+
+
+def register():
+    """The `vllm.general_plugins` entry point: registers load format "zckpt". Returns the loader
+    class, or None without vLLM."""
+    try:
+        from vllm.model_executor import model_loader
+    except ImportError:
+        return None
+    registered = getattr(model_loader, "_LOAD_FORMAT_TO_MODEL_LOADER", {}).get("zckpt")
+    if registered is not None and getattr(registered, "zckpt_plugin", False):
+        return registered
+    cls = _loader_class(model_loader.BaseModelLoader)
+    model_loader.register_model_loader("zckpt")(cls)
+    return cls
+
+
+def _checkpoint_path(model_config):
+    path = getattr(model_config, "model_weights", "") or model_config.model
+    if not os.path.exists(path):
+        raise ValueError(f"load format 'zckpt' reads a local folder converted by `zckpt convert` or a .zckpt "
+                         f"container; {path!r} is neither (convert a Hugging Face folder with "
+                         f"`zckpt convert HF_DIR -o OUT/`)")
+    return path
+
+
+def update_problems(expected, found):
+    """Why a checkpoint with tensors `found` cannot replace one with `expected` ({name: (dtype,
+    shape)}): missing and unexpected tensors, other dtypes or shapes; [] when it can."""
+    problems = [f"missing tensor {n!r}" for n in expected if n not in found]
+    problems += [f"unexpected tensor {n!r}" for n in found if n not in expected]
+    for n, (dtype, shape) in expected.items():
+        if n in found and found[n] != (dtype, shape):
+            problems.append(f"tensor {n!r} is {found[n][0]} {list(found[n][1])} in the update, "
+                            f"{dtype} {list(shape)} in the serving checkpoint")
+    return problems
+
+
+def _loader_class(base):
+    import torch
+
+    from . import _iter
+
+    class ZckptModelLoader(base):
+        """vLLM model loader for folders written by `zckpt convert` (see zckpt.vllm_plugin)."""
+
+        zckpt_plugin = True
+
+        def __init__(self, load_config):
+            super().__init__(load_config)
+            extra = dict(load_config.model_loader_extra_config or {})
+            unknown = set(extra) - set(_OPTIONS)
+            if unknown:
+                raise ValueError(f"unexpected model_loader_extra_config keys for load format 'zckpt': "
+                                 f"{sorted(unknown)} (known: {sorted(_OPTIONS)})")
+            for key, value in extra.items():
+                if not isinstance(value, _OPTIONS[key]):
+                    raise ValueError(f"model_loader_extra_config[{key!r}] must be a {_OPTIONS[key].__name__}, "
+                                     f"not {value!r}")
+            self.verify = extra.get("verify", True)
+            self.verify_first = extra.get("verify_first", False)
+            self.device = str(torch.device(extra.get("device", "cpu")))
+
+        def download_model(self, model_config):
+            _iter.container_files(_checkpoint_path(model_config))  # raises when there is nothing to load
+
+        def _weights(self, path, verify_first):
+            return _iter.iter_tensors(path, device=self.device, verify=self.verify, verify_first=verify_first)
+
+        def load_weights(self, model, model_config):
+            path = _checkpoint_path(model_config)
+            weights = self._weights(path, self.verify_first)
+            loaded = model.load_weights(weights)
+            if loaded is not None and model_config.quantization is None:
+                missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
+                if missing:
+                    raise ValueError(f"{path}: these weights were not initialized from the checkpoint: {missing}")
+            setattr(model, _CHECKPOINT_ATTR, _iter.tensor_table(path))
+
+        def get_all_weights(self, model_config, model):
+            """The reload path (vLLM's reload_weights): everything checked before it returns."""
+            path = _checkpoint_path(model_config)
+            expected = getattr(model, _CHECKPOINT_ATTR, None)
+            if expected is not None:
+                problems = update_problems(expected, _iter.tensor_table(path))
+                if problems:
+                    raise ValueError(f"{path} cannot update the serving weights (nothing was changed):\n  " +
+                                     "\n  ".join(problems))
+            return self._weights(path, verify_first=True)
+
+    return ZckptModelLoader
