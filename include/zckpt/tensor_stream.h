@@ -5,8 +5,11 @@
 // record's chunks into it through the loader's pipeline (loader.h: reader threads, the ring,
 // each chunk's XXH3 checked), reading only the chunks the tensor touches. Memory: the tensor
 // handed out plus the ring of that pass (freed when Next returns; pinned slots go back to the
-// per-process cache); nothing is kept between calls but the open file and the index, so a
-// consumer that drops each tensor after use holds at most one tensor beyond what it keeps.
+// per-process cache), so a consumer that drops each tensor after use holds at most one tensor
+// beyond what it keeps. Between calls the stream keeps the open file, the index and references
+// to the last two large CPU tensors' storages: once the consumer has dropped every reference to
+// one, the next tensor that fits is written into its pages (already faulted in) instead of new
+// ones. A tensor the consumer still references (or any view of it) is never reused.
 // Tensors sharing a storage (tied weights, views) each get their own copy of their bytes.
 //
 // Errors (zckpt::Error) are Load's: kCorrupt naming file, storage, tensors and byte range
@@ -17,16 +20,20 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "zckpt/load_options.h"
 
 namespace zckpt {
 
 class Container;  // zckpt/container.h
+struct TensorInfo;
 
 struct TensorStreamOptions {
   LoadOptions load;           // verify (each chunk as it is read), threads, ring, allow_globals
@@ -48,11 +55,14 @@ class TensorStream {
   const LoadStats& stats() const { return stats_; }  // summed over the passes so far
 
  private:
+  at::Tensor Destination(const TensorInfo& info, c10::ScalarType st);
+
   std::shared_ptr<const Container> c_;
   c10::Device device_;
   TensorStreamOptions options_;
   uint32_t next_ = 0;
   LoadStats stats_;
+  std::vector<c10::Storage> recent_;  // the last large CPU storages handed out, reused once unreferenced
 };
 
 }  // namespace zckpt

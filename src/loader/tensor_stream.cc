@@ -25,9 +25,9 @@ namespace zckpt {
 namespace {
 
 // CPU tensors of 1 MiB and more get pages of their own (mmap), returned to the system when the
-// tensor is freed: through malloc, glibc's dynamic mmap threshold moves such sizes onto the heap
-// after the first free, and a stream of tensors each freed after use then grows the heap (64 MiB
-// resident after sixteen 8 MiB tensors, measured) instead of reusing one tensor's memory.
+// last reference goes: through malloc, glibc's dynamic mmap threshold moves such sizes onto the
+// heap after the first free, and a stream of tensors each freed after use then grew the heap (64
+// MiB resident after sixteen 8 MiB tensors, measured) instead of reusing one tensor's memory.
 constexpr uint64_t kOwnPagesFrom = 1ull << 20;
 
 struct Mapping {
@@ -41,30 +41,52 @@ void Unmap(void* ctx) {
   delete m;
 }
 
-at::Tensor StreamDestination(const TensorInfo& info, c10::ScalarType st, c10::Device device) {
-  uint64_t bytes = DTypeSize(info.dtype);
-  for (int64_t d : info.shape) bytes *= static_cast<uint64_t>(d);
-  auto options = at::TensorOptions().dtype(st).device(device);
-  if (!device.is_cpu() || bytes < kOwnPagesFrom)
-    return loader::WithTorchErrors([&] { return at::empty(c10::IntArrayRef(info.shape), options); });
+c10::Storage OwnPages(uint64_t bytes, std::string_view name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory for '" +
-                                             std::string(info.name) + "': " + std::strerror(errno));
+                                             std::string(name) + "': " + std::strerror(errno));
   auto* ctx = new Mapping{p, static_cast<size_t>(bytes)};
-  TensorInfo dense = info;  // the tensor as a plain contiguous one over its own storage
-  dense.stride = ContiguousStrides(info.shape);
-  dense.storage_offset = 0;
-  dense.flags = 0;
   return loader::WithTorchErrors([&] {
-    c10::DataPtr ptr(p, ctx, &Unmap, device);
-    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(bytes), std::move(ptr),
-                         c10::GetCPUAllocator(), false);
-    return loader::MakeView(storage, dense, 0);
+    c10::DataPtr ptr(p, ctx, &Unmap, c10::Device(c10::kCPU));
+    return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(bytes), std::move(ptr),
+                        c10::GetCPUAllocator(), false);
   });
 }
 
 }  // namespace
+
+// A fresh tensor for record `info`. Large CPU ones reuse the pages of one of the last two handed
+// out once nothing references it any more (the consumer dropped it and every view of it): a
+// consumer looping `for name, t in stream` holds the previous tensor while asking for the next,
+// so two alternate, and their pages are faulted in once instead of once per tensor.
+at::Tensor TensorStream::Destination(const TensorInfo& info, c10::ScalarType st) {
+  uint64_t bytes = DTypeSize(info.dtype);
+  for (int64_t d : info.shape) bytes *= static_cast<uint64_t>(d);
+  if (!device_.is_cpu() || bytes < kOwnPagesFrom) {
+    auto options = at::TensorOptions().dtype(st).device(device_);
+    return loader::WithTorchErrors([&] { return at::empty(c10::IntArrayRef(info.shape), options); });
+  }
+  c10::Storage storage;
+  for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+    if (it->use_count() == 1 && it->nbytes() >= bytes) {
+      storage = std::move(*it);
+      recent_.erase(it);
+      break;
+    }
+  }
+  if (!storage) {
+    std::erase_if(recent_, [](const c10::Storage& s) { return s.use_count() == 1; });  // too small: freed
+    storage = OwnPages(bytes, info.name);
+  }
+  recent_.push_back(storage);
+  if (recent_.size() > 2) recent_.erase(recent_.begin());  // the consumer keeps that one
+  TensorInfo dense = info;  // the tensor as a plain contiguous one at the start of the storage
+  dense.stride = ContiguousStrides(info.shape);
+  dense.storage_offset = 0;
+  dense.flags = 0;
+  return loader::WithTorchErrors([&] { return loader::MakeView(storage, dense, 0); });
+}
 
 TensorStream::TensorStream(std::shared_ptr<const Container> container, c10::Device device, TensorStreamOptions options)
     : c_(std::move(container)), device_(device), options_(std::move(options)) {
@@ -100,7 +122,7 @@ bool TensorStream::Next(std::string* name, at::Tensor* tensor) {
   auto t0 = std::chrono::steady_clock::now();
   TensorInfo info = c_->tensor(next_++);
   std::string n(info.name);
-  at::Tensor target = StreamDestination(info, loader::ToScalarType(info.dtype, n), device_);
+  at::Tensor target = Destination(info, loader::ToScalarType(info.dtype, n));
   std::vector<loader::ViewCopy> copies;
   copies.push_back(loader::ViewCopy{target, info});
   loader::ViewCopyReport r = loader::CopyViews(*c_, std::move(copies), options_.load, t0);

@@ -212,3 +212,20 @@ def test_vllm_plugin_is_inert_without_vllm():
     problems = plugin.update_problems(expected, {"w": ("bfloat16", (2, 3)), "x": ("float32", (1,))})
     assert problems == ["missing tensor 'b'", "unexpected tensor 'x'",
                         "tensor 'w' is bfloat16 [2, 3] in the update, float32 [2, 3] in the serving checkpoint"]
+
+
+def test_reused_pages_never_overwrite_what_the_consumer_holds(tmp_path):
+    # 1 MiB and more: the stream reuses the pages of a tensor the consumer dropped
+    sd = {f"w{i}": torch.full((300_000 + 1000 * (i % 3),), float(i)) for i in range(8)}
+    _, dst = save_converted(sd, tmp_path, "reuse")
+    kept_views, kept_whole, ptrs = {}, {}, []
+    for name, t in zckpt.iter_tensors(dst):
+        ptrs.append(t.data_ptr())
+        assert torch.equal(t, sd[name]), name
+        if name == "w1":
+            kept_views[name] = t[10:20]  # a view keeps the storage
+        if name == "w4":
+            kept_whole[name] = t
+    assert torch.equal(kept_views["w1"], sd["w1"][10:20])
+    assert torch.equal(kept_whole["w4"], sd["w4"])
+    assert len(set(ptrs)) < len(ptrs)  # pages were reused for the tensors that were dropped
