@@ -18,6 +18,7 @@
 #include "zckpt/convert.h"
 #include "zckpt/verify.h"
 #include "zckpt/error.h"
+#include "zckpt/format.h"
 #include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
 #include "zckpt/tensor_stream.h"
@@ -314,6 +315,24 @@ std::unique_ptr<TensorStream> OpenTensorStream(std::shared_ptr<Container> c, con
   return std::make_unique<TensorStream>(std::move(c), c10::Device(device), options);
 }
 
+// Map (zckpt/loader.h) without the object tree: (name, CPU view aliasing the file's mapping) per
+// tensor record in table order, internal records left out; with verify every chunk checked first.
+py::list MapTensors(const Container& c, bool verify, const std::vector<std::string>& allow_globals) {
+  MapResult r;
+  {
+    py::gil_scoped_release release;
+    MapOptions options;
+    options.verify = verify;
+    options.object_tree = false;
+    options.allow_globals = allow_globals;
+    r = Map(c, options);
+  }
+  py::list out;
+  for (size_t i = 0; i < r.tensors.size(); ++i)
+    if (!(r.meta[i].flags & format::kTensorInternal)) out.append(py::make_tuple(r.tensors[i].first, r.tensors[i].second));
+  return out;
+}
+
 py::object NextTensor(TensorStream& s) {
   std::string name;
   at::Tensor t;
@@ -372,6 +391,8 @@ PYBIND11_MODULE(_C, m) {
       .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true,
            py::arg("ring") = zckpt::Ring{})
       .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false, py::arg("threads") = 0)
+      .def("map_tensors", &zckpt::MapTensors, py::arg("verify") = true,
+           py::arg("allow_globals") = std::vector<std::string>{})
       .def("load_into", &zckpt::LoadIntoTargets, py::arg("targets"), py::arg("strict") = true,
            py::arg("verify") = true, py::arg("allow_globals") = std::vector<std::string>{},
            py::arg("ring") = zckpt::Ring{})

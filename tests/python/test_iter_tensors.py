@@ -229,3 +229,27 @@ def test_reused_pages_never_overwrite_what_the_consumer_holds(tmp_path):
     assert torch.equal(kept_views["w1"], sd["w1"][10:20])
     assert torch.equal(kept_whole["w4"], sd["w4"])
     assert len(set(ptrs)) < len(ptrs)  # pages were reused for the tensors that were dropped
+
+
+def test_mmap_views_checked_in_the_mapping(tmp_path):
+    src, w, _ = _hf_folder(tmp_path)
+    out = tmp_path / "out"
+    _convert_cli(str(src), str(out) + "/")
+    streamed = list(zckpt.iter_tensors(out))
+    mapped = list(zckpt.iter_tensors(out, mmap=True))
+    assert [n for n, _ in mapped] == [n for n, _ in streamed]
+    for n, t in mapped:
+        assert torch.equal(t, w[n]), n
+    with pytest.raises(ValueError, match="mmap=True"):
+        zckpt.iter_tensors(out, device="meta", mmap=True)
+    files = zckpt.container_files(str(out))
+    bad = _table_order(files[1])[-1]
+    _corrupt_tensor(files[1], bad)
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.iter_tensors(out, mmap=True, verify_first=True)  # before anything is yielded
+    assert files[1] in str(e.value) and bad in str(e.value)
+    seen = []
+    with pytest.raises(zckpt.CorruptError):
+        for n, _ in zckpt.iter_tensors(out, mmap=True):  # each file checked when it is reached
+            seen.append(n)
+    assert seen == _table_order(files[0])

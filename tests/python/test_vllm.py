@@ -98,9 +98,10 @@ def test_generates_what_the_default_loader_generates(vllm_python, models):
     assert not [f for f in os.listdir(conv) if f.endswith(".safetensors")]
     assert "config.json" in os.listdir(conv)
     ref = _case(vllm_python, "generate", hf, "auto")
-    got = _case(vllm_python, "generate", conv, "zckpt")
-    assert "error" not in ref and "error" not in got, (ref, got)
-    assert got["tokens"] == ref["tokens"]
+    got = _case(vllm_python, "generate", conv, "zckpt")  # mapped, every chunk checked in the mapping
+    streamed = _case(vllm_python, "generate", conv, "zckpt", json.dumps({"mmap": False, "verify_first": True}))
+    assert "error" not in ref and "error" not in got and "error" not in streamed, (ref, got, streamed)
+    assert got["tokens"] == ref["tokens"] == streamed["tokens"]
     other = _case(vllm_python, "generate", models["b"][0], "auto")
     assert other["tokens"] != ref["tokens"]  # the comparison can fail: the weights decide the output
 

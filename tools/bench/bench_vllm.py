@@ -15,6 +15,8 @@ second one (the update), converts both with `zckpt convert`, then over --rounds 
 rotating order starts one engine per load format in a process of its own (skip_tokenizer_init,
 the "uni" executor, VLLM_ENABLE_V1_MULTIPROCESSING=0) and reports medians of:
 
+  contenders the default loader (safetensors, mapped), zckpt (mapped, every chunk checked in the
+             mapping), zckpt with mmap=False (streamed into fresh tensors), the peers installed
   start      LLM(...) construction, wall seconds
   load       the load format's load_weights (read + vLLM's weight_loader copies)
   reload     collective_rpc("reload_weights", weights_path=UPDATE), the update's format the same as
@@ -55,7 +57,7 @@ def make(folder, gib, seed):
     model.save_pretrained(folder, safe_serialization=True, max_shard_size="500MB")
 
 
-def engine_child(fmt, folder, update):
+def engine_child(fmt, folder, update, extra="{}"):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
@@ -75,7 +77,8 @@ def engine_child(fmt, folder, update):
     cls.load_weights = load_weights
     t0 = time.perf_counter()
     llm = LLM(model=folder, load_format=fmt, skip_tokenizer_init=True, dtype="float32", max_model_len=128,
-              distributed_executor_backend="uni", enforce_eager=True, seed=0)
+              distributed_executor_backend="uni", enforce_eager=True, seed=0,
+              model_loader_extra_config=json.loads(extra))
     start = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, detokenize=False)
     tokens = list(llm.generate([{"prompt_token_ids": PROMPT}], params, use_tqdm=False)[0].outputs[0].token_ids)
@@ -135,13 +138,15 @@ def main():
         read_all(hf)
         read_all(conv)
     size = sum(os.path.getsize(os.path.join(folders["a"][0], f)) for f in os.listdir(folders["a"][0]))
-    formats = ["auto", "zckpt"]
+    # label -> (load format, model_loader_extra_config)
+    contenders = {"auto": ("auto", {}), "zckpt": ("zckpt", {}), "zckpt mmap=False": ("zckpt", {"mmap": False})}
     skipped = {}
     for fmt, module in PEERS.items():
         if importlib.util.find_spec(module) is None:
             skipped[fmt] = f"python package {module!r} not installed in {sys.prefix}"
         else:
-            formats.append(fmt)
+            contenders[fmt] = (fmt, {})
+    formats = list(contenders)
     results = {f: [] for f in formats}
     verify_s = []
     for r in range(a.rounds):
@@ -152,8 +157,9 @@ def main():
         verify_s.append(time.perf_counter() - t0)
         order = formats[r % len(formats):] + formats[:r % len(formats)]
         for fmt in order:
-            src, upd = (folders["a"][1], folders["b"][1]) if fmt == "zckpt" else (folders["a"][0], folders["b"][0])
-            res = run_child("engine", fmt, src, upd)
+            load_format, extra = contenders[fmt]
+            which = 1 if load_format == "zckpt" else 0
+            res = run_child("engine", load_format, folders["a"][which], folders["b"][which], json.dumps(extra))
             results[fmt].append(res)
             print(f"round {r} {fmt}: start {res['start']:.2f} s, load {res['load'] or float('nan'):.2f} s, "
                   f"reload {res['reload']:.2f} s", flush=True)
@@ -169,13 +175,13 @@ def main():
                "cpus": os.cpu_count(), "skipped": skipped, "formats": {}}
     print(f"\nmodel {size / (1 << 30):.2f} GiB float32, vLLM {vllm.__version__}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, medians of {a.rounds} rounds")
-    print(f"{'format':<16}{'start s':>9}{'load s':>9}{'reload s':>10}{'load GB/s':>11}")
+    print(f"{'format':<18}{'start s':>9}{'load s':>9}{'reload s':>10}{'load GB/s':>11}")
     for fmt, rs in results.items():
         med = {k: statistics.median(x[k] for x in rs if x.get(k) is not None) for k in ("start", "load", "reload")}
         summary["formats"][fmt] = med
-        print(f"{fmt:<16}{med['start']:9.2f}{med['load']:9.2f}{med['reload']:10.2f}{size / med['load'] / 1e9:11.2f}")
+        print(f"{fmt:<18}{med['start']:9.2f}{med['load']:9.2f}{med['reload']:10.2f}{size / med['load'] / 1e9:11.2f}")
     for fmt, why in skipped.items():
-        print(f"{fmt:<16}skipped: {why}")
+        print(f"{fmt:<18}skipped: {why}")
     summary["zckpt_reload_verify"] = statistics.median(verify_s)
     print(f"of zckpt's reload, verifying the update first: {summary['zckpt_reload_verify']:.2f} s "
           f"({size / summary['zckpt_reload_verify'] / 1e9:.2f} GB/s)")

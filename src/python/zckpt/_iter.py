@@ -42,34 +42,52 @@ def container_files(path):
     return files
 
 
-def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, allow_globals=()):
+def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, mmap=False, allow_globals=()):
     """Yields (name, tensor) for every tensor of a container, or of every container of a folder
     (container_files), in file order.
 
     Each tensor is streamed by zckpt's loader into a fresh contiguous tensor on `device`
     (`torch.device`, "cpu", "cuda:N"), reading only its own chunks, each checked against its
     checksum as it arrives (verify=False: not checked). Memory: the tensor being handed out plus
-    the loader's ring while it loads, nothing else: a consumer that drops each tensor after using
-    it holds at most one tensor beyond what it keeps. Tensors sharing storage in the file (tied
-    weights, views) come out as separate copies.
+    the loader's ring while it loads: a consumer that drops each tensor after using it holds at
+    most one tensor beyond what it keeps (the pages of a large CPU tensor it dropped are reused
+    for the next). Tensors sharing storage in the file (tied weights, views) come out as separate
+    copies.
+
+    mmap=True (device "cpu" only): each file is mapped and every chunk checked where it lies in
+    the mapping (no copy), then its tensors are yielded as views of that copy-on-write mapping
+    (tied weights stay views of one storage), as zckpt.load(mmap=True) gives them: no memory
+    beyond the page cache, and one copy fewer for a consumer that copies each tensor into its own
+    parameters (vLLM's weight loaders); bytes another process rewrites in place later show through.
 
     verify_first=True checks every chunk of every file (and every file's pickle) before the first
     tensor is yielded: a corrupt checkpoint raises CorruptError naming file, tensor and byte
     range while the consumer has received nothing, which is what a weight update that must not
     be half-applied needs. It reads the files once more (from the page cache when they fit).
-    All files are opened up front and read through those open files, so a checkpoint renamed
-    over the path meanwhile is read whole from the files opened.
+    All files are opened when iter_tensors is called and read through those open files, so a
+    checkpoint renamed over the path meanwhile is read whole from the files opened.
     """
     device = str(torch.device(device))
     allowed = _allowed(allow_globals)
+    checkpoints = [_C.open(f) for f in container_files(path)]
+    if mmap:
+        if device != "cpu":
+            raise ValueError(f"mmap=True gives CPU views of the files; device {device!r} needs mmap=False")
+        check = verify or verify_first
+        if verify_first:  # every file mapped and checked now
+            return _flatten([c.map_tensors(check, allowed) for c in checkpoints])
+        return _flatten(c.map_tensors(check, allowed) for c in checkpoints)  # each file when reached
     # Everything that can fail before data moves, for every file, before the first yield.
-    streams = [_C.tensor_stream(_C.open(f), device, verify, verify_first, allowed) for f in container_files(path)]
-    return _stream(streams)  # a generator: iter_tensors itself raises open/vet/verify errors
+    return _flatten([_C.tensor_stream(c, device, verify, verify_first, allowed) for c in checkpoints])
 
 
-def _stream(streams):
-    for s in streams:
-        for item in s:
+def _flatten(sources):
+    """A generator (iter_tensors itself raises open, vet and verify_first errors)."""
+    sources = iter(sources)
+    for s in sources:
+        it = iter(s)
+        del s  # a mapped file's list is released as its tensors are handed out
+        for item in it:
             yield item
             item = None  # noqa: F841 (the consumer's reference is the only one left)
 

@@ -17,11 +17,13 @@ it had.
 Options (`model_loader_extra_config`): "verify" (default true: check each chunk as it is read),
 "verify_first" (default false at start-up: check every chunk before the first tensor; a reload
 always does), "device" (where tensors are streamed to before vLLM copies them into the
-parameters; default "cpu").
+parameters; default "cpu"), "mmap" (default true on "cpu": each file mapped and every chunk
+checked in the mapping, tensors handed over as views of it, so vLLM's copy into its parameters is
+the only copy; false: streamed into fresh tensors).
 """
 import os
 
-_OPTIONS = {"verify": bool, "verify_first": bool, "device": str}
+_OPTIONS = {"verify": bool, "verify_first": bool, "device": str, "mmap": bool}
 _CHECKPOINT_ATTR = "_zckpt_checkpoint_tensors"  # set on the model at start-up: what an update must match
 
 
@@ -85,12 +87,14 @@ def _loader_class(base):
             self.verify = extra.get("verify", True)
             self.verify_first = extra.get("verify_first", False)
             self.device = str(torch.device(extra.get("device", "cpu")))
+            self.mmap = extra.get("mmap", self.device == "cpu")
 
         def download_model(self, model_config):
             _iter.container_files(_checkpoint_path(model_config))  # raises when there is nothing to load
 
         def _weights(self, path, verify_first):
-            return _iter.iter_tensors(path, device=self.device, verify=self.verify, verify_first=verify_first)
+            return _iter.iter_tensors(path, device=self.device, verify=self.verify, verify_first=verify_first,
+                                      mmap=self.mmap)
 
         def load_weights(self, model, model_config):
             path = _checkpoint_path(model_config)
