@@ -14,6 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${ZCKPT_VLLM_VENV:-$HOME/.cache/zckpt/venv-vllm}
+# Called from the tests inside `meson devenv`: the build's package and libraries (built for the
+# project's torch) must not leak into this virtualenv's build or imports.
+unset PYTHONPATH LD_LIBRARY_PATH
 TORCH_VERSION=2.13.0
 VLLM_VERSION=0.32.0
 BASE_PY=${ZCKPT_BASE_PYTHON:-python3}

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(MODE == "0", reason="ZCKPT_VLLM_TESTS=0: the vLL
 @pytest.fixture(scope="session")
 def vllm_python():
     r = subprocess.run(["bash", os.path.join(REPO, "tools", "setup-vllm.sh")], capture_output=True, text=True,
-                       timeout=3600)
+                       timeout=3600, env=_env())
     if r.returncode != 0:
         why = f"tools/setup-vllm.sh failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}"
         if MODE == "auto":
