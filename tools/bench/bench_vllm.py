@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """vLLM benchmark: engine start-up and weight load with `--load-format zckpt` against vLLM's
 default safetensors loader (and fastsafetensors, runai_streamer, instanttensor, tensorizer when
-their packages are installed in the vLLM virtualenv; each is reported as skipped otherwise), and
+their packages are installed in the vLLM virtualenv, ZCKPT_VLLM_PEERS=1 tools/setup-vllm.sh; each
+is reported as skipped otherwise, and as failed, with vLLM's error, when it does not run here), and
 weight reload (reload_weights through collective_rpc) from a zckpt folder against a reload from
 the safetensors folder.
 
@@ -92,11 +93,15 @@ def engine_child(fmt, folder, update, extra="{}"):
     print("RESULT " + json.dumps(out))
 
 
-def run_child(*args):
+def run_child(*args, fatal=True):
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args], capture_output=True, text=True)
     lines = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     if r.returncode != 0 or not lines:
-        raise SystemExit(f"{args}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+        errors = [x for x in (r.stdout + r.stderr).splitlines() if "Error" in x and not x.startswith(" ")]
+        why = f"exit {r.returncode}: " + (errors[-1].strip()[:300] if errors else r.stderr.strip()[-300:])
+        if fatal:
+            raise SystemExit(f"{args}: {why}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+        return {"error": why}
     return json.loads(lines[-1][7:])
 
 
@@ -149,6 +154,7 @@ def main():
     formats = list(contenders)
     results = {f: [] for f in formats}
     verify_s = []
+    failed = {}
     for r in range(a.rounds):
         import zckpt
 
@@ -159,11 +165,19 @@ def main():
         for fmt in order:
             load_format, extra = contenders[fmt]
             which = 1 if load_format == "zckpt" else 0
-            res = run_child("engine", load_format, folders["a"][which], folders["b"][which], json.dumps(extra))
+            if fmt in failed:
+                continue
+            res = run_child("engine", load_format, folders["a"][which], folders["b"][which], json.dumps(extra),
+                            fatal=fmt in ("auto", "zckpt"))
+            if "error" in res:  # a peer that does not run on this build: said once, left out
+                failed[fmt] = res["error"]
+                print(f"round {r} {fmt}: failed: {res['error']}", flush=True)
+                continue
             results[fmt].append(res)
             print(f"round {r} {fmt}: start {res['start']:.2f} s, load {res['load'] or float('nan'):.2f} s, "
                   f"reload {res['reload']:.2f} s", flush=True)
     ref = results["auto"][0]
+    results = {f: rs for f, rs in results.items() if f not in failed}
     for fmt, rs in results.items():
         for res in rs:
             if res["tokens"] != ref["tokens"] or res["tokens_after"] != ref["tokens_after"]:
@@ -172,16 +186,21 @@ def main():
     import vllm
 
     summary = {"model_bytes": size, "rounds": a.rounds, "vllm": vllm.__version__, "torch": torch.__version__,
-               "cpus": os.cpu_count(), "skipped": skipped, "formats": {}}
+               "cpus": os.cpu_count(), "skipped": skipped, "failed": failed, "formats": {}}
     print(f"\nmodel {size / (1 << 30):.2f} GiB float32, vLLM {vllm.__version__}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, medians of {a.rounds} rounds")
     print(f"{'format':<18}{'start s':>9}{'load s':>9}{'reload s':>10}{'load GB/s':>11}")
     for fmt, rs in results.items():
-        med = {k: statistics.median(x[k] for x in rs if x.get(k) is not None) for k in ("start", "load", "reload")}
+        med = {}
+        for k in ("start", "load", "reload"):
+            values = [x[k] for x in rs if x.get(k) is not None]
+            med[k] = statistics.median(values) if values else float("nan")
         summary["formats"][fmt] = med
         print(f"{fmt:<18}{med['start']:9.2f}{med['load']:9.2f}{med['reload']:10.2f}{size / med['load'] / 1e9:11.2f}")
     for fmt, why in skipped.items():
         print(f"{fmt:<18}skipped: {why}")
+    for fmt, why in failed.items():
+        print(f"{fmt:<18}failed: {why}")
     summary["zckpt_reload_verify"] = statistics.median(verify_s)
     print(f"of zckpt's reload, verifying the update first: {summary['zckpt_reload_verify']:.2f} s "
           f"({size / summary['zckpt_reload_verify'] / 1e9:.2f} GB/s)")
