@@ -11,6 +11,7 @@ the optimizer files must equal FSDP's own full_optim_state_dict."""
 import json
 import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -28,7 +29,18 @@ def _spawn(phase, ws, root):
     import reshard_cases
     from fsdp_cases import free_port
 
-    mp.spawn(reshard_cases.worker, args=(ws, free_port(), phase, root), nprocs=ws, join=True)
+    try:
+        mp.spawn(reshard_cases.worker, args=(ws, free_port(), phase, root), nprocs=ws, join=True)
+    except mp.ProcessExitedException as e:
+        # Both phases are torch's alone (FSDP, gloo, torch.save/torch.load of the files the tool
+        # wrote beforehand): a rank killed by a signal inside gloo (seen once in CI on 2 cores,
+        # 4 ranks: SIGABRT "terminate called without an active exception") is not what this test
+        # checks, so it gets one more run, said on stderr; a second death fails the test.
+        if not e.signal_name:
+            raise
+        print(f"test_reshard_resume: {phase} at {ws} ranks: rank {e.error_index} died of {e.signal_name}; "
+              f"running the phase once more", file=sys.stderr)
+        mp.spawn(reshard_cases.worker, args=(ws, free_port(), phase, root), nprocs=ws, join=True)
     out = {}
     for r in range(ws):
         with open(os.path.join(root, f"results_{phase}{ws}_rank{r}.json")) as f:
