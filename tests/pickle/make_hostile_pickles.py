@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 MARKER = "zckpt_marker"
 CODE = "open(%r, 'w').close()" % MARKER
@@ -99,7 +100,13 @@ def python_runs_it(data):
             f.write(data)
         subprocess.run([sys.executable, "-c", "import pickle; pickle.load(open('evil.pkl', 'rb'))"],
                        cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        return os.path.exists(os.path.join(scratch, MARKER))
+        # Some payloads run their command in a child nobody waits for (os.popen's shell outlives
+        # the unpickling process), so the marker may appear just after it exits: wait for it a
+        # while (seen missing once under the sanitizer build's load).
+        marker, deadline = os.path.join(scratch, MARKER), time.monotonic() + 20
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return os.path.exists(marker)
     finally:
         shutil.rmtree(scratch)
 
