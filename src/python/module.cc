@@ -21,6 +21,7 @@
 #include "zckpt/format.h"
 #include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
+#include "zckpt/object_store.h"
 #include "zckpt/tensor_stream.h"
 
 namespace py = pybind11;
@@ -424,6 +425,40 @@ PYBIND11_MODULE(_C, m) {
   m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
+  // Object storage folders and small objects (zckpt/object_store.h): what the Python layer's
+  // path helpers (zckpt/_paths.py) use for s3:// folders, DCP's .metadata and indexes.
+  m.def("is_object_url", [](const std::string& p) { return zckpt::IsObjectUrl(p); }, py::arg("path"));
+  m.def("object_exists", [](const std::string& url) {
+    py::gil_scoped_release release;
+    return zckpt::ObjectExists(url);
+  }, py::arg("url"));
+  m.def("is_object_folder", [](const std::string& url) {
+    py::gil_scoped_release release;
+    return zckpt::IsObjectFolder(url);
+  }, py::arg("url"));
+  m.def("list_objects", [](const std::string& url) {
+    std::vector<zckpt::ObjectEntry> entries;
+    {
+      py::gil_scoped_release release;
+      entries = zckpt::ListObjects(url);
+    }
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (auto& e : entries) out.emplace_back(std::move(e.name), e.size);
+    return out;
+  }, py::arg("folder_url"));
+  m.def("read_object", [](const std::string& url, uint64_t max_bytes) {
+    std::string bytes;
+    {
+      py::gil_scoped_release release;
+      bytes = zckpt::ReadObject(url, max_bytes);
+    }
+    return py::bytes(bytes);
+  }, py::arg("url"), py::arg("max_bytes") = uint64_t{1} << 30);
+  m.def("write_object", [](const std::string& url, const py::bytes& data) {
+    std::string bytes = data;
+    py::gil_scoped_release release;
+    zckpt::WriteObject(url, bytes);
+  }, py::arg("url"), py::arg("data"));
   zckpt::BindSave(m);
   zckpt::RegisterSharded(m);
 }

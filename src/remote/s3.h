@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/byte_source.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt::remote {
 
@@ -18,6 +19,8 @@ bool IsObjectUrl(std::string_view path);
 struct ObjectLocation {
   std::string bucket, key;
 };
+// "s3://bucket/rest" -> {bucket, rest} (rest may be empty); Error(kInvalidArgument) without a bucket.
+ObjectLocation SplitObjectUrl(const std::string& url);
 // "s3://bucket/key" -> {bucket, key}; Error(kInvalidArgument) when either is empty.
 ObjectLocation ParseObjectUrl(const std::string& url);
 
@@ -41,6 +44,22 @@ struct S3Config {
 // zckpt's own: ZCKPT_S3_ADDRESSING=path|virtual, ZCKPT_S3_ATTEMPTS, ZCKPT_S3_BACKOFF (seconds),
 // ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS.
 S3Config LoadS3Config();
+
+// "s3://bucket/prefix" taken as a folder: {bucket, "prefix/"} (a '/' added where missing;
+// key "" for the bucket's root, "s3://bucket" or "s3://bucket/").
+ObjectLocation ParseFolderUrl(const std::string& url);
+
+// Every object whose key starts with the folder's prefix (ListObjectsV2, page after page), its
+// name relative to the folder ("a/b.zckpt"), sorted by name. An empty folder: an empty list.
+std::vector<ObjectEntry> ListFolder(const std::string& url);
+
+// The whole object (HEAD, then GETs pinned to its ETag); Error(kIo) when it is larger than
+// max_bytes (a metadata file is small: this is not how containers are read).
+std::string ReadWholeObject(const std::string& url, uint64_t max_bytes);
+
+// Writes the object in one piece (one PUT, or a multipart upload when large): it appears whole
+// or not at all, replacing what the key held.
+void PutObject(const std::string& url, const void* data, size_t n);
 
 // HEAD: true for 2xx, false for 404, Error(kIo) otherwise.
 bool ObjectExists(const std::string& url);

@@ -15,8 +15,6 @@ namespace zckpt::remote {
 
 namespace {
 
-constexpr size_t kMaxErrorBody = 64 << 10;
-
 void GlobalInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -41,22 +39,6 @@ CURL* Handle() {
   return t.h;
 }
 
-// S3's key encoding: everything but unreserved characters and '/' percent-encoded.
-std::string EncodeKey(const std::string& key) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char ch : key) {
-    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == '/') {
-      out += static_cast<char>(ch);
-    } else {
-      out += '%';
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
-    }
-  }
-  return out;
-}
-
 struct Transfer {
   const Request* req;
   Response* resp;
@@ -76,7 +58,8 @@ size_t OnBody(char* p, size_t size, size_t n, void* user) {
     t->resp->received += len;
     return len;
   }
-  if (t->resp->body.size() < kMaxErrorBody) t->resp->body.append(p, std::min(len, kMaxErrorBody - t->resp->body.size()));
+  size_t cap = t->req->max_body;
+  if (t->resp->body.size() < cap) t->resp->body.append(p, std::min(len, cap - t->resp->body.size()));
   return len;
 }
 
@@ -107,6 +90,29 @@ size_t OnUpload(char* p, size_t size, size_t n, void* user) {
 
 }  // namespace
 
+std::string PercentEncode(const std::string& v, bool keep_slash) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : v) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' || (keep_slash && ch == '/')) {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    }
+  }
+  return out;
+}
+
+std::string Advice(long status) {
+  if (status == 401 || status == 403)
+    return " (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws/credentials)";
+  if (status == 404) return " (no such bucket or key)";
+  if (status == 301 || status == 400) return " (check AWS_REGION and AWS_ENDPOINT_URL)";
+  return "";
+}
+
 std::string XmlValue(const std::string& xml, const std::string& tag) {
   size_t b = xml.find("<" + tag + ">");
   if (b == std::string::npos) return "";
@@ -134,7 +140,7 @@ S3Client::S3Client(S3Config config) : config_(std::move(config)) {}
 
 std::string S3Client::Url(const std::string& bucket, const std::string& key, const std::string& query) const {
   std::string url;
-  std::string ek = EncodeKey(key);
+  std::string ek = PercentEncode(key, /*keep_slash=*/true);
   if (config_.path_style) {
     std::string ep = config_.endpoint.empty() ? "https://s3." + config_.region + ".amazonaws.com" : config_.endpoint;
     url = ep + "/" + bucket + (ek.empty() ? "" : "/" + ek);

@@ -20,6 +20,7 @@ struct Request {
   uint64_t upload_bytes = 0;
   uint8_t* sink = nullptr;  // a 2xx body goes here (at most sink_bytes), else into Response::body
   uint64_t sink_bytes = 0;
+  uint64_t max_body = 64 << 10;  // non-sink bodies kept (a listing page wants more than an error)
 };
 
 struct Response {
@@ -48,6 +49,14 @@ class S3Client {
  private:
   S3Config config_;
 };
+
+// Percent-encoding as S3 and SigV4 want it: all but unreserved characters (and '/' in a key
+// path, keep_slash). A query built of such values in name order is already canonical, which is
+// what libcurl signs.
+std::string PercentEncode(const std::string& v, bool keep_slash);
+
+// What to check after an error no retry mends (" (check AWS_ACCESS_KEY_ID, ...)"), or "".
+std::string Advice(long status);
 
 // "<Tag>value</Tag>" from an XML reply, or "".
 std::string XmlValue(const std::string& xml, const std::string& tag);

@@ -17,15 +17,20 @@ namespace zckpt::remote {
 
 bool IsObjectUrl(std::string_view path) { return path.substr(0, 5) == "s3://"; }
 
-ObjectLocation ParseObjectUrl(const std::string& url) {
+ObjectLocation SplitObjectUrl(const std::string& url) {
   if (!IsObjectUrl(url)) throw Error(ErrorKind::kInvalidArgument, url + ": not an s3:// URL");
   std::string rest = url.substr(5);
   size_t slash = rest.find('/');
   ObjectLocation loc;
   loc.bucket = rest.substr(0, slash);
   if (slash != std::string::npos) loc.key = rest.substr(slash + 1);
-  if (loc.bucket.empty() || loc.key.empty())
-    throw Error(ErrorKind::kInvalidArgument, url + ": expected s3://BUCKET/KEY");
+  if (loc.bucket.empty()) throw Error(ErrorKind::kInvalidArgument, url + ": expected s3://BUCKET/KEY");
+  return loc;
+}
+
+ObjectLocation ParseObjectUrl(const std::string& url) {
+  ObjectLocation loc = SplitObjectUrl(url);
+  if (loc.key.empty()) throw Error(ErrorKind::kInvalidArgument, url + ": expected s3://BUCKET/KEY");
   return loc;
 }
 
@@ -38,15 +43,6 @@ std::string Range(uint64_t offset, uint64_t n) {
   s += std::to_string(offset + n);
   s += ')';
   return s;
-}
-
-// The advice for an error that no retry mends.
-std::string Advice(long status) {
-  if (status == 401 || status == 403)
-    return " (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws/credentials)";
-  if (status == 404) return " (no such bucket or key)";
-  if (status == 301 || status == 400) return " (check AWS_REGION and AWS_ENDPOINT_URL)";
-  return "";
 }
 
 class ObjectSource final : public ByteSource {

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from . import _C
+from . import _C, _paths
 from ._api import ZckptError, _allowed, _path
 from ._sharded import records
 
@@ -16,27 +16,33 @@ def container_files(path):
     """The containers of `path` in load order: a container alone; a folder written by
     `zckpt convert` from a sharded checkpoint: the shards its *.zckpt.index.json names, in the
     order of their names (HF's -0000K-of-0000N.); any other folder: its *.zckpt files, sorted.
+    A folder may be an object folder, s3://BUCKET/PREFIX/ (one listing).
     Raises ZckptError when a folder holds none, or its index names a shard that is not there."""
     path = _path(path)
-    if not os.path.isdir(path):
+    if not _paths.isdir(path):
         return [path]
-    names = sorted(os.listdir(path))
+    # An object folder: one listing (its direct objects), not a HEAD per name.
+    present = {n for n in _paths.files_under(path) if "/" not in n} if _paths.is_url(path) else None
+
+    def isfile(name):
+        return name in present if present is not None else os.path.isfile(_paths.join(path, name))
+
+    names = sorted(present) if present is not None else _paths.listdir(path)
     indexes = [n for n in names if n.endswith(_INDEX_SUFFIX)]
     if len(indexes) > 1:
         raise ZckptError(f"{path}: more than one index ({', '.join(indexes)}): give the container or index to load")
     if indexes:
-        index = os.path.join(path, indexes[0])
+        index = _paths.join(path, indexes[0])
         try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
+            weight_map = json.loads(_paths.read_bytes(index).decode("utf-8"))["weight_map"]
             files = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, ZckptError) as e:
             raise ZckptError(f"{index}: not a readable shard index ({type(e).__name__}: {e})") from None
-        missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
+        missing = [f for f in files if not isfile(f)]
         if missing:
             raise ZckptError(f"{index} names shards that are not in {path}: {', '.join(missing)}")
-        return [os.path.join(path, f) for f in files]
-    files = [os.path.join(path, n) for n in names if n.endswith(".zckpt") and os.path.isfile(os.path.join(path, n))]
+        return [_paths.join(path, f) for f in files]
+    files = [_paths.join(path, n) for n in names if n.endswith(".zckpt") and isfile(n)]
     if not files:
         raise ZckptError(f"{path}: no .zckpt containers in this folder (convert one with `zckpt convert DIR -o OUT`)")
     return files
