@@ -105,11 +105,14 @@ std::string PercentEncode(const std::string& v, bool keep_slash) {
   return out;
 }
 
-std::string Advice(long status) {
-  if (status == 401 || status == 403)
+std::string Advice(const Response& r) {
+  std::string code = XmlValue(r.body, "Code");
+  if (code == "InvalidToken" || code == "ExpiredToken" || code == "TokenRefreshRequired")
+    return " (check AWS_SESSION_TOKEN: temporary credentials need the token they were issued with)";
+  if (r.status == 401 || r.status == 403)
     return " (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws/credentials)";
-  if (status == 404) return " (no such bucket or key)";
-  if (status == 301 || status == 400) return " (check AWS_REGION and AWS_ENDPOINT_URL)";
+  if (r.status == 404) return code == "NoSuchBucket" ? " (no such bucket)" : " (no such bucket or key)";
+  if (r.status == 301 || r.status == 400) return " (check AWS_REGION and AWS_ENDPOINT_URL)";
   return "";
 }
 
@@ -184,7 +187,10 @@ Response S3Client::Perform(const Request& r) const {
   // The payload is not hashed into the signature (S3 accepts this over TLS; bodies are
   // checksummed by zckpt itself).
   hs.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-  hs.push_back("Expect:");
+  // No "Expect:" here to turn 100-continue off: libcurl signs every header it is given, an
+  // empty one too, and then leaves the empty one out of the request, so the server's signature
+  // differs (SignatureDoesNotMatch on every request). The Expect libcurl adds itself to a large
+  // upload is added after signing and unsigned headers are allowed.
   if (r.method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (r.method == "PUT" || r.method == "POST") {

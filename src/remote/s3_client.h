@@ -56,7 +56,7 @@ class S3Client {
 std::string PercentEncode(const std::string& v, bool keep_slash);
 
 // What to check after an error no retry mends (" (check AWS_ACCESS_KEY_ID, ...)"), or "".
-std::string Advice(long status);
+std::string Advice(const Response& r);
 
 // "<Tag>value</Tag>" from an XML reply, or "".
 std::string XmlValue(const std::string& xml, const std::string& tag);

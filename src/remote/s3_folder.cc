@@ -79,7 +79,7 @@ std::vector<ObjectEntry> List(const std::string& url, const ObjectLocation& loc,
     if (resp.curl_code != CURLE_OK)
       throw Error(ErrorKind::kIo, "cannot list " + url + " after " + std::to_string(client.config().attempts) +
                                       " attempts: " + resp.Describe());
-    if (resp.status / 100 != 2) throw Error(ErrorKind::kIo, "cannot list " + url + ": " + resp.Describe() + Advice(resp.status));
+    if (resp.status / 100 != 2) throw Error(ErrorKind::kIo, "cannot list " + url + ": " + resp.Describe() + Advice(resp));
     const std::string& xml = resp.body;
     for (size_t at = xml.find("<Contents>"); at != std::string::npos; at = xml.find("<Contents>", at + 1)) {
       size_t end = xml.find("</Contents>", at);

@@ -45,17 +45,30 @@ std::string Range(uint64_t offset, uint64_t n) {
   return s;
 }
 
+// HEAD of the object. A HEAD's error has no body, so a refusal other than 404 is asked again
+// as a one-byte GET, whose body names the reason (InvalidToken, SignatureDoesNotMatch, ...).
+Response Head(const S3Client& client, const ObjectLocation& loc) {
+  Request r;
+  r.method = "HEAD";
+  r.bucket = loc.bucket;
+  r.key = loc.key;
+  Response resp = client.PerformRetrying(r, {});
+  if (resp.curl_code != CURLE_OK || resp.status / 100 == 2 || resp.status == 404) return resp;
+  Request g;
+  g.bucket = loc.bucket;
+  g.key = loc.key;
+  g.headers = {"Range: bytes=0-0"};
+  Response why = client.PerformRetrying(g, {});
+  return why.curl_code == CURLE_OK && why.status / 100 != 2 ? why : resp;
+}
+
 class ObjectSource final : public ByteSource {
  public:
   ObjectSource(std::string url, ObjectLocation loc, S3Client client)
       : url_(std::move(url)), loc_(std::move(loc)), client_(std::move(client)) {
-    Request r;
-    r.method = "HEAD";
-    r.bucket = loc_.bucket;
-    r.key = loc_.key;
-    Response resp = client_.PerformRetrying(r, {});
+    Response resp = Head(client_, loc_);
     if (resp.curl_code != CURLE_OK || resp.status / 100 != 2)
-      throw Error(ErrorKind::kIo, "cannot open " + url_ + ": " + resp.Describe() + Advice(resp.status));
+      throw Error(ErrorKind::kIo, "cannot open " + url_ + ": " + resp.Describe() + Advice(resp));
     etag_ = resp.etag;
     if (resp.content_length < 0) throw Error(ErrorKind::kIo, "cannot open " + url_ + ": HEAD gave no Content-Length");
     size_ = static_cast<uint64_t>(resp.content_length);
@@ -86,7 +99,7 @@ class ObjectSource final : public ByteSource {
       throw Error(ErrorKind::kIo, "cannot read " + where + " after " + std::to_string(client_.config().attempts) +
                                       " attempts: " + resp.Describe());
     if (resp.status / 100 != 2)
-      throw Error(ErrorKind::kIo, "cannot read " + where + ": " + resp.Describe() + Advice(resp.status));
+      throw Error(ErrorKind::kIo, "cannot read " + where + ": " + resp.Describe() + Advice(resp));
   }
 
  private:
@@ -101,15 +114,10 @@ class ObjectSource final : public ByteSource {
 
 bool ObjectExists(const std::string& url) {
   ObjectLocation loc = ParseObjectUrl(url);
-  S3Client client(LoadS3Config());
-  Request r;
-  r.method = "HEAD";
-  r.bucket = loc.bucket;
-  r.key = loc.key;
-  Response resp = client.PerformRetrying(r, {});
+  Response resp = Head(S3Client(LoadS3Config()), loc);
   if (resp.curl_code == CURLE_OK && resp.status == 404) return false;
   if (resp.curl_code == CURLE_OK && resp.status / 100 == 2) return true;
-  throw Error(ErrorKind::kIo, "cannot look up " + url + ": " + resp.Describe() + Advice(resp.status));
+  throw Error(ErrorKind::kIo, "cannot look up " + url + ": " + resp.Describe() + Advice(resp));
 }
 
 std::unique_ptr<ByteSource> OpenObject(const std::string& url) {

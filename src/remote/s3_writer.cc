@@ -36,7 +36,7 @@ struct ObjectWriter::Impl {
 
   [[noreturn]] void Fail(const std::string& what, const Response& r) const {
     throw Error(ErrorKind::kIo, "cannot write " + url + ": " + what + ": " + r.Describe() +
-                                    (r.status == 403 ? " (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)" : ""));
+                                    Advice(r));
   }
 
   bool Ok(const Response& r) const { return r.curl_code == CURLE_OK && r.status / 100 == 2 && r.body.find("<Error>") == std::string::npos; }

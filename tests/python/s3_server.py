@@ -35,24 +35,84 @@ def moto_python():
 
 
 class MotoServer:
-    """moto_server on 127.0.0.1:PORT, stopped by close()."""
+    """moto_server on 127.0.0.1:PORT, stopped by close().
 
-    def __init__(self, python):
+    check_signatures=True: the server checks every request's SigV4 signature and access key as
+    S3 does (moto's IAM mode: after INITIAL_NO_AUTH_ACTION_COUNT unchecked actions, each spent
+    here on creating an IAM user with an allow-all policy and its access key, which are then
+    `access_key`/`secret_key`); a request signed wrong gets 403 SignatureDoesNotMatch. Otherwise
+    nothing is checked and the helper's own unsigned requests below work."""
+
+    IAM_SETUP_ACTIONS = 3  # create_user, put_user_policy, create_access_key
+
+    def __init__(self, python, check_signatures=False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.access_key = self.secret_key = None
         env = dict(os.environ, MOTO_ALLOW_NONEXISTENT_REGION="true")
+        if check_signatures:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self.IAM_SETUP_ACTIONS)
         self.proc = subprocess.Popen([python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         deadline = time.time() + 60
         while True:
             try:
-                urllib.request.urlopen(self.url + "/", timeout=2).read()
-                return
+                if check_signatures:  # a TCP connect only: an HTTP request would spend an action
+                    socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                else:
+                    urllib.request.urlopen(self.url + "/", timeout=2).read()
+                break
             except Exception:
                 if self.proc.poll() is not None or time.time() > deadline:
                     self.close()
                     raise RuntimeError("moto_server did not start on " + self.url)
                 time.sleep(0.2)
+        if check_signatures:
+            self._make_access_key(python)
+
+    def _make_access_key(self, python):
+        script = f"""
+import json, boto3
+iam = boto3.client("iam", endpoint_url={self.url!r}, region_name="us-east-1",
+                   aws_access_key_id="setup", aws_secret_access_key="setup")
+iam.create_user(UserName="zckpt")
+iam.put_user_policy(UserName="zckpt", PolicyName="all", PolicyDocument=json.dumps(
+    {{"Version": "2012-10-17", "Statement": [{{"Effect": "Allow", "Action": "*", "Resource": "*"}}]}}))
+key = iam.create_access_key(UserName="zckpt")["AccessKey"]
+print(key["AccessKeyId"], key["SecretAccessKey"])
+"""
+        r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            self.close()
+            raise RuntimeError("could not make an IAM access key on moto: " + r.stderr[-1000:])
+        self.access_key, self.secret_key = r.stdout.split()
+
+    def temporary_credentials(self, python):
+        """(key, secret, session token) of an assumed IAM role allowed everything (STS
+        AssumeRole, signed with the IAM key): requests with them must carry the token."""
+        script = f"""
+import json, boto3
+kw = dict(endpoint_url={self.url!r}, region_name="us-east-1",
+          aws_access_key_id={self.access_key!r}, aws_secret_access_key={self.secret_key!r})
+iam = boto3.client("iam", **kw)
+trust = {{"Version": "2012-10-17", "Statement": [{{"Effect": "Allow", "Principal": {{"AWS": "*"}}, "Action": "sts:AssumeRole"}}]}}
+arn = iam.create_role(RoleName="zckpt-role", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+iam.put_role_policy(RoleName="zckpt-role", PolicyName="all", PolicyDocument=json.dumps(
+    {{"Version": "2012-10-17", "Statement": [{{"Effect": "Allow", "Action": "*", "Resource": "*"}}]}}))
+c = boto3.client("sts", **kw).assume_role(RoleArn=arn, RoleSessionName="zckpt-test")["Credentials"]
+print(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
+"""
+        r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError("could not assume an IAM role on moto: " + r.stderr[-1000:])
+        return tuple(r.stdout.split())
+
+    def make_signed_bucket(self, python, bucket):
+        """A bucket made by boto3 with the IAM key (a signature-checking server)."""
+        script = (f"import boto3; boto3.client('s3', endpoint_url={self.url!r}, region_name='us-east-1', "
+                  f"aws_access_key_id={self.access_key!r}, aws_secret_access_key={self.secret_key!r})"
+                  f".create_bucket(Bucket={bucket!r})")
+        subprocess.run([python, "-c", script], check=True, capture_output=True, timeout=120)
 
     def request(self, method, path, body=None, headers=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

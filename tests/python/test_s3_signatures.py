@@ -1,0 +1,121 @@
+"""Signed requests as S3 checks them (issue 25): moto[server] in its IAM mode verifies every
+request's SigV4 signature and access key (botocore's signer on the server side), so every kind
+of request zckpt makes is held to a signature check here: HEAD, ranged GET with If-Match, PUT,
+the multipart calls (POST ?uploads, PUT ?partNumber&uploadId, POST ?uploadId), ListObjectsV2
+with a prefix and continuation tokens, on keys with characters that need encoding.
+
+Found by this file: libcurl signed the empty "Expect:" header zckpt gave it to turn off
+100-continue and then sent no such header, so every signed request was SignatureDoesNotMatch
+against a server that checks (the unsigned moto of test_object_storage.py accepted them)."""
+import os
+import subprocess
+
+import pytest
+import torch
+
+import s3_server
+import zckpt
+import zckpt_testing
+from zckpt import _C
+
+BUCKET = "signed"
+FOLDER = f"s3://{BUCKET}/run 1/step=100&final+x"  # a space, '=', '&' and '+' to encode
+
+
+@pytest.fixture(scope="module")
+def server():
+    python, why = s3_server.moto_python()
+    if python is None:
+        pytest.skip(why)
+    srv = s3_server.MotoServer(python, check_signatures=True)
+    srv.make_signed_bucket(python, BUCKET)
+    srv.python = python
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def signed_env(server, monkeypatch):
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "ZCKPT_S3_LIST_KEYS"):
+        monkeypatch.delenv(k, raising=False)
+    env = {"AWS_ENDPOINT_URL": server.url, "AWS_ACCESS_KEY_ID": server.access_key,
+           "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1",
+           "ZCKPT_S3_BACKOFF": "0.01", "ZCKPT_S3_ATTEMPTS": "2"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def tensors(seed, mib):
+    g = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(mib << 18, generator=g), "b": torch.randn(1000, generator=g).to(torch.bfloat16),
+            "step": seed}
+
+
+def same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+def test_the_server_refuses_a_wrong_signature(signed_env, monkeypatch):
+    # The check this file relies on: a request signed with another secret is refused.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(zckpt.ZckptError) as e:
+        _C.write_object(f"{FOLDER}/refused", b"x")
+    msg = str(e.value)
+    assert "403" in msg and "SignatureDoesNotMatch" in msg and "AWS_SECRET_ACCESS_KEY" in msg, msg
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", signed_env["AWS_SECRET_ACCESS_KEY"])
+    assert not _C.object_exists(f"{FOLDER}/refused")
+
+
+def test_multipart_save_ranged_load_listing_pages_all_signed(signed_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZCKPT_S3_PART_MB", "5")
+    a, b = tensors(1, 12), tensors(2, 1)  # 12 MiB: three parts; 1 MiB: one PUT
+    zckpt.save(a, f"{FOLDER}/a.zckpt", chunk_bytes=1 << 20)
+    zckpt.save(b, f"{FOLDER}/b.zckpt")
+    _C.write_object(f"{FOLDER}/notes/readme.txt", b"side file")
+    same(zckpt.load(f"{FOLDER}/a.zckpt"), a)   # HEAD + ranged GETs with If-Match
+    same(zckpt.load(f"{FOLDER}/b.zckpt"), b)
+    monkeypatch.setenv("ZCKPT_S3_LIST_KEYS", "1")  # a page per object: continuation tokens signed
+    names = [n for n, _ in _C.list_objects(FOLDER)]
+    assert names == ["a.zckpt", "b.zckpt", "notes/readme.txt"], names
+    assert _C.read_object(f"{FOLDER}/notes/readme.txt") == b"side file"
+    got = dict(zckpt.iter_tensors(FOLDER + "/"))
+    assert set(got) == {"w", "b"} and torch.equal(got["w"], b["w"]), "b.zckpt comes last, its w wins"
+    local = tmp_path / "a.zckpt"
+    zckpt.save(a, str(local), chunk_bytes=1 << 20)
+    assert zckpt.load(str(local))["w"].equal(zckpt.load(f"{FOLDER}/a.zckpt")["w"])
+
+
+def test_cli_on_a_signature_checking_server(signed_env):
+    zckpt.save(tensors(3, 2), f"{FOLDER}/cli.zckpt")
+    env = dict(os.environ, **signed_env)
+    out = {}
+    for cmd in ("ls", "verify", "load"):
+        r = subprocess.run([zckpt_testing.zckpt_bin(), cmd, f"{FOLDER}/cli.zckpt"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        out[cmd] = r.stdout
+    assert "w" in out["ls"] and "step" not in out["ls"].split()[:1], out["ls"]
+
+
+def test_temporary_credentials_need_their_session_token(signed_env, server, monkeypatch):
+    key, secret, token = server.temporary_credentials(server.python)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    obj = tensors(4, 1)
+    zckpt.save(obj, f"{FOLDER}/sts.zckpt")
+    same(zckpt.load(f"{FOLDER}/sts.zckpt"), obj)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "not-the-token")
+    with pytest.raises(zckpt.ZckptError) as e:
+        zckpt.load(f"{FOLDER}/sts.zckpt")
+    assert "InvalidToken" in str(e.value) and "AWS_SESSION_TOKEN" in str(e.value), str(e.value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    with pytest.raises(zckpt.ZckptError) as e:
+        zckpt.load(f"{FOLDER}/sts.zckpt")
+    assert "403" in str(e.value), str(e.value)
