@@ -1,7 +1,8 @@
-"""The benchmarks: `zckpt bench verify` and tools/bench/bench.py run, report what they measured
-and refuse a contender whose tensors differ from what torch.save wrote."""
+"""The benchmarks: `zckpt bench verify`, tools/bench/bench.py and tools/bench/bench_s3.py run,
+report what they measured and refuse a contender whose tensors differ from what was saved."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,41 @@ def test_eviction_leaves_no_page_cached(tmp_path):
         os.fsync(f.fileno())
     if _page_cache_evictable(tmp_path):
         assert contenders.prepare_cache(str(p), "fadvise") <= 0.01
+
+
+def test_bench_s3_times_every_contender_or_says_why_not(tmp_path):
+    """tools/bench/bench_s3.py, small: the zckpt rows and the local ceiling timed in both rounds,
+    Run:ai's rows timed or 'skipped: WHY' (no peers virtualenv, Run:ai failing), none with
+    tensors that differ (that exits 1)."""
+    import s3_server
+
+    python, why = s3_server.moto_python()
+    if python is None:
+        pytest.skip(why)
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_s3.py"), "--mib", "8", "--rounds", "2", "-j", "4"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = r.stdout.split("\ncontender", 1)[1]
+    for name in ("s3 (moto)", "s3 (range srv)", "download+load", "local (warm)"):
+        assert re.search(rf"^{re.escape(name)} +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+ +[0-9.]+x ", table, re.M), table
+    assert re.search(r"^local \(warm\) .* 1\.00x ", table, re.M), table
+    for name in ("runai s3 (moto)", "runai s3 (range srv)"):
+        assert re.search(rf"^{re.escape(name)}(: skipped: .+| +[0-9.]+ )", table, re.M), table
+    assert "WRONG" not in r.stdout
+
+
+def test_bench_s3_comparisons_name_the_tensors_that_differ():
+    import torch
+
+    import bench_s3
+
+    want = {"a": torch.arange(6, dtype=torch.int16), "b": torch.ones(2, 3, dtype=torch.bfloat16)}
+    digests = contenders.tensor_digests(want)
+    flipped = {k: v.clone() for k, v in want.items()}
+    flipped["b"].view(torch.int16)[0, 1] ^= 1
+    renamed = {"a": want["a"], "c": want["b"]}
+    widened = {"a": want["a"].to(torch.int32), "b": want["b"]}
+    reshaped = {"a": want["a"].reshape(2, 3), "b": want["b"]}
+    for got, bad in ((flipped, ["b"]), (renamed, ["b", "c"]), (widened, ["a"]), (reshaped, ["a"]), (dict(want), [])):
+        assert sorted(bench_s3.differing(got, want)) == bad
+        assert bench_s3.differing_digests(contenders.tensor_digests(got), digests) == bad

@@ -1,6 +1,6 @@
 """The contenders of tools/bench/bench.py: one load per process, timed from inside.
 
-`python contenders.py KIND FILE [--cache warm|fadvise|drop] [--digest]` imports what KIND needs,
+`python contenders.py KIND FILE [--cache warm|fadvise|drop] [--digest] [--tensor-digests]` imports what KIND needs,
 puts FILE's pages where --cache says (after the imports, so a cold run does not also time the
 loading of torch's own libraries), then times the load alone and prints one JSON line:
 
@@ -11,6 +11,11 @@ loading of torch's own libraries), then times the load alone and prints one JSON
                          (mincore): 1.0 warm, 0.0 cold -- the harness checks it
   digest       with --digest: a digest of every tensor's name, dtype, shape and bytes, taken
                after the timing, to check that every contender returned the same tensors
+  digests      with --tensor-digests: {name: digest} of each tensor alone, to say which differ
+
+FILE may be an object-store URL (s3://BUCKET/KEY) for a contender that reads one (runai, as
+tools/bench/bench_s3.py runs it): there is no page cache to prepare (--cache warm only) and
+resident_before is null.
 
 Contenders that return tensors aliasing a file mapping (safetensors on CPU, torch.load
 mmap=True, zckpt.load mmap=True) read every byte inside the timing (READ_EVERY_BYTE): a
@@ -153,17 +158,31 @@ def read_every_byte(result):
     return total
 
 
-def digest(result):
-    """blake2b over the sorted (name, dtype, shape, bytes) of every tensor."""
+def _hash_tensor(h, name, t):
     import torch
 
+    t = t.detach().to("cpu").contiguous()
+    h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+
+
+def digest(result):
+    """blake2b over the sorted (name, dtype, shape, bytes) of every tensor."""
     h = hashlib.blake2b(digest_size=16)
     for name, t in sorted(tensors_of(result), key=lambda p: p[0]):
-        t = t.detach().to("cpu").contiguous()
-        h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{tuple(t.shape)}|".encode())
-        if t.numel():
-            h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        _hash_tensor(h, name, t)
     return h.hexdigest()
+
+
+def tensor_digests(result):
+    """{name: blake2b of (name, dtype, shape, bytes)}, one per tensor, to say which ones differ."""
+    out = {}
+    for name, t in tensors_of(result):
+        h = hashlib.blake2b(digest_size=16)
+        _hash_tensor(h, name, t)
+        out[name] = h.hexdigest()
+    return out
 
 
 # ---------------------------------------------------------------- the contenders
@@ -411,6 +430,7 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--cache", default="warm", choices=["warm", "fadvise", "drop"])
     ap.add_argument("--digest", action="store_true")
+    ap.add_argument("--tensor-digests", action="store_true")
     args = ap.parse_args()
     import importlib
 
@@ -428,7 +448,12 @@ def main():
         free_before = torch.cuda.mem_get_info()[0]
     if args.kind in PREPARE:
         PREPARE[args.kind](args.file)
-    resident = prepare_cache(args.file, args.cache)
+    if "://" in args.file:
+        if args.cache != "warm":
+            ap.error("an object-store URL has no page cache to evict")
+        resident = None
+    else:
+        resident = prepare_cache(args.file, args.cache)
     reset_peak()
     before = host_memory()["VmRSS"]
     c0 = cpu_seconds()
@@ -445,6 +470,8 @@ def main():
         out["device_used"] = free_before - torch.cuda.mem_get_info()[0]
     if args.digest and not args.kind.startswith("floor"):
         out["digest"] = digest(result)
+    if args.tensor_digests:
+        out["digests"] = tensor_digests(result)
     print(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)  # skip teardown (freeing GiBs, peers' atexit hooks): not part of any load

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes the virtualenv the benchmark's peers live in: tensorizer, fastsafetensors and Run:ai's
-# model streamer, installed from PyPI into a virtualenv of their own that sees the project's
-# virtualenv (torch, numpy, safetensors) through a .pth file, so installing them can never
-# upgrade, downgrade or replace the shared torch.
+# model streamer (with its S3 backend, for tools/bench/bench_s3.py), installed from PyPI into a
+# virtualenv of their own that sees the project's virtualenv (torch, numpy, safetensors) through
+# a .pth file, so installing them can never upgrade, downgrade or replace the shared torch.
 #
 #   tools/bench/setup-peers.sh          # prints the peers virtualenv's python on its last line
 #
@@ -28,13 +28,13 @@ echo "$SITE" > "$PSITE/zckpt-project-venv.pth"
 
 # Each peer with its own dependencies, minus torch/numpy/safetensors (seen through the .pth):
 # --no-deps plus the listed extras, so pip never resolves (and replaces) torch.
-PEER_PACKAGES=(tensorizer==2.12.1 fastsafetensors==0.5.0 runai-model-streamer==0.17.1)
+PEER_PACKAGES=(tensorizer==2.12.1 fastsafetensors==0.5.0 runai-model-streamer==0.17.1 runai-model-streamer-s3==0.17.1)
 PEER_DEPS=(
-  boto3 hiredis libnacl protobuf psutil redis  # tensorizer 2.12 (besides torch, numpy)
+  boto3 hiredis libnacl protobuf psutil redis  # tensorizer 2.12 (besides torch, numpy); boto3: runai-model-streamer-s3 too
   typer                                        # fastsafetensors 0.5
   humanize                                     # runai-model-streamer 0.17 (besides torch, numpy)
 )
-if ! "$PEERS/bin/python" -c 'import tensorizer, fastsafetensors, runai_model_streamer' >/dev/null 2>&1; then
+if ! "$PEERS/bin/python" -c 'import tensorizer, fastsafetensors, runai_model_streamer, runai_model_streamer_s3' >/dev/null 2>&1; then
   log "installing ${PEER_PACKAGES[*]} into $PEERS"
   "$PEERS/bin/python" -m pip install -q --no-deps "${PEER_PACKAGES[@]}"
   "$PEERS/bin/python" -m pip install -q "${PEER_DEPS[@]}"
