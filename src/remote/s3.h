@@ -34,6 +34,10 @@ struct S3Config {
   long timeout_s = 30;          // no byte for this long: the attempt fails (a stalled server)
   long connect_timeout_s = 10;
   unsigned connections = 8;     // parallel ranged GETs a load may keep open
+  // A writer that committed aborts the unfinished multipart uploads of its key begun at least
+  // this long ago: those of writers killed before they could abort their own (6 h: longer
+  // than any live upload; S3 keeps and bills their parts until aborted).
+  long stale_upload_s = 6 * 3600;
 };
 
 // From the environment and the shared files, as the AWS CLI/SDKs read them:
@@ -42,7 +46,7 @@ struct S3Config {
 // ~/.aws/credentials, AWS_SHARED_CREDENTIALS_FILE), AWS_REGION / AWS_DEFAULT_REGION (else the
 // profile's region in ~/.aws/config, AWS_CONFIG_FILE), AWS_PROFILE (default "default").
 // zckpt's own: ZCKPT_S3_ADDRESSING=path|virtual, ZCKPT_S3_ATTEMPTS, ZCKPT_S3_BACKOFF (seconds),
-// ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS.
+// ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS, ZCKPT_S3_STALE_UPLOAD_S.
 S3Config LoadS3Config();
 
 // "s3://bucket/prefix" taken as a folder: {bucket, "prefix/"} (a '/' added where missing;

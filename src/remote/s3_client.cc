@@ -124,6 +124,48 @@ std::string XmlValue(const std::string& xml, const std::string& tag) {
   return e == std::string::npos ? "" : xml.substr(b, e - b);
 }
 
+// XML text with its five entities and numeric references decoded (keys may hold '&', '<').
+std::string XmlUnescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    size_t semi = s.find(';', i);
+    if (semi == std::string::npos) throw Error(ErrorKind::kIo, "S3 reply: bad XML entity");
+    std::string e = s.substr(i + 1, semi - i - 1);
+    if (e == "amp") out += '&';
+    else if (e == "lt") out += '<';
+    else if (e == "gt") out += '>';
+    else if (e == "quot") out += '"';
+    else if (e == "apos") out += '\'';
+    else if (!e.empty() && e[0] == '#') {
+      unsigned long cp = e.size() > 1 && (e[1] == 'x' || e[1] == 'X') ? std::strtoul(e.c_str() + 2, nullptr, 16)
+                                                                      : std::strtoul(e.c_str() + 1, nullptr, 10);
+      if (cp < 0x80) {
+        out += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    } else {
+      throw Error(ErrorKind::kIo, "S3 reply: unknown XML entity &" + e + ";");
+    }
+    i = semi;
+  }
+  return out;
+}
+
 bool Response::transient() const {
   if (curl_code != CURLE_OK) return true;
   if (status >= 500 || status == 429) return true;

@@ -58,6 +58,9 @@ std::string PercentEncode(const std::string& v, bool keep_slash);
 // What to check after an error no retry mends (" (check AWS_ACCESS_KEY_ID, ...)"), or "".
 std::string Advice(const Response& r);
 
+// XML text with its entities decoded (keys may hold '&', '<'); Error(kIo) on a bad entity.
+std::string XmlUnescape(const std::string& s);
+
 // "<Tag>value</Tag>" from an XML reply, or "".
 std::string XmlValue(const std::string& xml, const std::string& tag);
 

@@ -103,6 +103,7 @@ S3Config LoadS3Config() {
   c.backoff_s = Number<double>("ZCKPT_S3_BACKOFF", c.backoff_s);
   c.timeout_s = std::max(1L, Number<long>("ZCKPT_S3_TIMEOUT", c.timeout_s));
   c.connections = std::max(1u, Number<unsigned>("ZCKPT_S3_CONNECTIONS", c.connections));
+  c.stale_upload_s = std::max(0L, Number<long>("ZCKPT_S3_STALE_UPLOAD_S", c.stale_upload_s));
   return c;
 }
 

@@ -15,48 +15,6 @@ namespace zckpt::remote {
 
 namespace {
 
-// XML text with its five entities and numeric references decoded (keys may hold '&', '<').
-std::string XmlText(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    size_t semi = s.find(';', i);
-    if (semi == std::string::npos) throw Error(ErrorKind::kIo, "ListObjectsV2 reply: bad XML entity");
-    std::string e = s.substr(i + 1, semi - i - 1);
-    if (e == "amp") out += '&';
-    else if (e == "lt") out += '<';
-    else if (e == "gt") out += '>';
-    else if (e == "quot") out += '"';
-    else if (e == "apos") out += '\'';
-    else if (!e.empty() && e[0] == '#') {
-      unsigned long cp = e.size() > 1 && (e[1] == 'x' || e[1] == 'X') ? std::strtoul(e.c_str() + 2, nullptr, 16)
-                                                                      : std::strtoul(e.c_str() + 1, nullptr, 10);
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-    } else {
-      throw Error(ErrorKind::kIo, "ListObjectsV2 reply: unknown XML entity &" + e + ";");
-    }
-    i = semi;
-  }
-  return out;
-}
-
 // One page at a time; `limit` > 0 stops after that many entries.
 std::vector<ObjectEntry> List(const std::string& url, const ObjectLocation& loc, size_t limit) {
   S3Client client(LoadS3Config());
@@ -85,7 +43,7 @@ std::vector<ObjectEntry> List(const std::string& url, const ObjectLocation& loc,
       size_t end = xml.find("</Contents>", at);
       if (end == std::string::npos) throw Error(ErrorKind::kIo, "cannot list " + url + ": truncated ListObjectsV2 reply");
       std::string one = xml.substr(at, end - at);
-      std::string key = XmlText(XmlValue(one, "Key"));
+      std::string key = XmlUnescape(XmlValue(one, "Key"));
       if (key.size() <= loc.key.size() || key.compare(0, loc.key.size(), loc.key) != 0) continue;
       ObjectEntry e;
       e.name = key.substr(loc.key.size());
@@ -94,7 +52,7 @@ std::vector<ObjectEntry> List(const std::string& url, const ObjectLocation& loc,
       if (limit && out.size() >= limit) return out;
     }
     if (XmlValue(xml, "IsTruncated") != "true") break;
-    token = XmlText(XmlValue(xml, "NextContinuationToken"));
+    token = XmlUnescape(XmlValue(xml, "NextContinuationToken"));
     if (token.empty()) throw Error(ErrorKind::kIo, "cannot list " + url + ": a truncated page without NextContinuationToken");
   }
   std::sort(out.begin(), out.end(), [](const ObjectEntry& a, const ObjectEntry& b) { return a.name < b.name; });

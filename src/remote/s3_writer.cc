@@ -4,7 +4,9 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <future>
 #include <map>
@@ -23,6 +25,17 @@ uint64_t PartBytes() {
   const char* v = std::getenv("ZCKPT_S3_PART_MB");
   uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 16;
   return std::max<uint64_t>(mb, 5) << 20;
+}
+
+// "2026-12-02T06:10:00.000Z" (S3's Initiated) as seconds since the epoch; -1 if unreadable.
+long long IsoSeconds(const std::string& s) {
+  std::tm tm{};
+  if (std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                  &tm.tm_sec) != 6)
+    return -1;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<long long>(timegm(&tm));
 }
 
 }  // namespace
@@ -58,7 +71,7 @@ struct ObjectWriter::Impl {
     r.method = "PUT";
     r.bucket = loc.bucket;
     r.key = loc.key;
-    r.query = "partNumber=" + std::to_string(number) + "&uploadId=" + upload_id;
+    r.query = "partNumber=" + std::to_string(number) + "&uploadId=" + PercentEncode(upload_id, false);
     r.upload = bytes.data();
     r.upload_bytes = bytes.size();
     Response resp = client.PerformRetrying(r, {});
@@ -125,13 +138,39 @@ struct ObjectWriter::Impl {
     r.method = "POST";
     r.bucket = loc.bucket;
     r.key = loc.key;
-    r.query = "uploadId=" + upload_id;
+    r.query = "uploadId=" + PercentEncode(upload_id, false);
     r.upload = reinterpret_cast<const uint8_t*>(xml.data());
     r.upload_bytes = xml.size();
     r.headers = {"Content-Type: application/xml"};
     Response resp = client.PerformRetrying(r, {});
     if (!Ok(resp)) Fail("CompleteMultipartUpload", resp);
     done = true;
+  }
+
+  // The unfinished uploads of this key that a killed writer left (only a live process can
+  // abort its own), begun stale_upload_s or more ago, aborted by the next writer to commit:
+  // what the sweep of stale temporaries does for a local folder. Best effort (the object is
+  // already committed): a failure here is silent.
+  void SweepStaleUploads() noexcept {
+    try {
+      Request list;
+      list.bucket = loc.bucket;
+      list.query = "prefix=" + PercentEncode(loc.key, false) + "&uploads=";
+      list.max_body = 16u << 20;
+      Response resp = client.PerformRetrying(list, {});
+      if (!Ok(resp)) return;
+      const long long now = static_cast<long long>(std::time(nullptr));
+      for (size_t at = resp.body.find("<Upload>"); at != std::string::npos; at = resp.body.find("<Upload>", at + 1)) {
+        std::string one = resp.body.substr(at, resp.body.find("</Upload>", at) - at);
+        std::string id = XmlUnescape(XmlValue(one, "UploadId"));
+        long long began = IsoSeconds(XmlValue(one, "Initiated"));
+        if (XmlUnescape(XmlValue(one, "Key")) != loc.key || id.empty() || began < 0 ||
+            now - began < client.config().stale_upload_s)
+          continue;
+        AbortUpload(id);
+      }
+    } catch (...) {
+    }
   }
 
   void Abort() noexcept {
@@ -142,15 +181,20 @@ struct ObjectWriter::Impl {
     in_flight.clear();
     if (done || upload_id.empty()) return;
     try {
-      Request r;
-      r.method = "DELETE";
-      r.bucket = loc.bucket;
-      r.key = loc.key;
-      r.query = "uploadId=" + upload_id;
-      (void)client.PerformRetrying(r, {});
+      AbortUpload(upload_id);
     } catch (...) {
     }
     upload_id.clear();
+  }
+
+  // AbortMultipartUpload (its answer unused: an upload that is gone is as good as aborted).
+  void AbortUpload(const std::string& id) const {
+    Request r;
+    r.method = "DELETE";
+    r.bucket = loc.bucket;
+    r.key = loc.key;
+    r.query = "uploadId=" + PercentEncode(id, false);
+    (void)client.PerformRetrying(r, {});
   }
 
   std::string url;
@@ -194,6 +238,7 @@ void ObjectWriter::Commit() {
     impl_->Abort();
     throw;
   }
+  impl_->SweepStaleUploads();
 }
 
 void ObjectWriter::Abort() { impl_->Abort(); }

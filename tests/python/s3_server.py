@@ -107,12 +107,19 @@ print(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
             raise RuntimeError("could not assume an IAM role on moto: " + r.stderr[-1000:])
         return tuple(r.stdout.split())
 
+    def boto(self, python, code):
+        """Runs `code` in the moto venv's python with `s3`, a boto3 client signed with the IAM key
+        (a signature-checking server); returns what it printed."""
+        script = (f"import json, boto3\ns3 = boto3.client('s3', endpoint_url={self.url!r}, region_name='us-east-1', "
+                  f"aws_access_key_id={self.access_key!r}, aws_secret_access_key={self.secret_key!r})\n" + code)
+        r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError("boto3 on moto failed: " + r.stderr[-1000:])
+        return r.stdout
+
     def make_signed_bucket(self, python, bucket):
         """A bucket made by boto3 with the IAM key (a signature-checking server)."""
-        script = (f"import boto3; boto3.client('s3', endpoint_url={self.url!r}, region_name='us-east-1', "
-                  f"aws_access_key_id={self.access_key!r}, aws_secret_access_key={self.secret_key!r})"
-                  f".create_bucket(Bucket={bucket!r})")
-        subprocess.run([python, "-c", script], check=True, capture_output=True, timeout=120)
+        self.boto(python, f"s3.create_bucket(Bucket={bucket!r})")
 
     def request(self, method, path, body=None, headers=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

@@ -7,6 +7,7 @@ with a prefix and continuation tokens, on keys with characters that need encodin
 Found by this file: libcurl signed the empty "Expect:" header zckpt gave it to turn off
 100-continue and then sent no such header, so every signed request was SignatureDoesNotMatch
 against a server that checks (the unsigned moto of test_object_storage.py accepted them)."""
+import json
 import os
 import subprocess
 
@@ -119,3 +120,35 @@ def test_temporary_credentials_need_their_session_token(signed_env, server, monk
     with pytest.raises(zckpt.ZckptError) as e:
         zckpt.load(f"{FOLDER}/sts.zckpt")
     assert "403" in str(e.value), str(e.value)
+
+
+def uploads_of(server, key):
+    return json.loads(server.boto(server.python, (
+        f"r = s3.list_multipart_uploads(Bucket={BUCKET!r}, Prefix={key!r})\n"
+        f"print(json.dumps([u['UploadId'] for u in r.get('Uploads', []) if u['Key'] == {key!r}]))")))
+
+
+def leave_unfinished_upload(server, key):
+    """What a writer killed half-way leaves: an upload begun, a part sent, never completed."""
+    server.boto(server.python, (
+        f"u = s3.create_multipart_upload(Bucket={BUCKET!r}, Key={key!r})['UploadId']\n"
+        f"s3.upload_part(Bucket={BUCKET!r}, Key={key!r}, UploadId=u, PartNumber=1, Body=b'x' * (5 << 20))"))
+
+
+def test_unfinished_uploads_of_a_killed_writer_are_aborted_by_the_next_writer(signed_env, server, monkeypatch):
+    key, other = "run 1/stale+1.zckpt", "run 1/other.zckpt"
+    leave_unfinished_upload(server, key)
+    leave_unfinished_upload(server, other)
+    assert len(uploads_of(server, key)) == 1
+    # moto gives every upload the same Initiated time (2010-11-10): the age limit is shown by
+    # setting it above and below that age, not by waiting.
+    monkeypatch.setenv("ZCKPT_S3_STALE_UPLOAD_S", str(100 * 365 * 86400))
+    zckpt.save(tensors(5, 1), f"s3://{BUCKET}/{key}")  # younger than the limit: left alone
+    assert len(uploads_of(server, key)) == 1
+    monkeypatch.setenv("ZCKPT_S3_STALE_UPLOAD_S", "0")
+    monkeypatch.setenv("ZCKPT_S3_PART_MB", "5")
+    big = tensors(6, 12)
+    zckpt.save(big, f"s3://{BUCKET}/{key}")  # multipart itself: its own upload is completed, not listed
+    assert uploads_of(server, key) == []
+    assert len(uploads_of(server, other)) == 1, "another key's upload is not this writer's to sweep"
+    same(zckpt.load(f"s3://{BUCKET}/{key}"), big)
