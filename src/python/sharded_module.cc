@@ -148,8 +148,10 @@ py::dict LoadRegionsPy(const std::string& path, const std::vector<PyRegion>& reg
   return out;
 }
 
-// storage key -> names of the tensor records viewing it, in table order.
+// storage key -> names of the tensor records viewing it, in table order. The GIL is released
+// while the container is opened (an object's HEAD and index GETs), as by every other reader.
 std::map<std::string, std::vector<std::string>> StorageTensors(const std::string& path) {
+  py::gil_scoped_release release;
   auto c = Container::Open(path);
   std::map<std::string, std::vector<std::string>> out;
   for (uint32_t s = 0; s < c->storage_count(); ++s) {
@@ -174,13 +176,19 @@ std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<s
                                     const std::vector<std::string>& allow_globals) {
   checkpoint::PickleReadOptions read;  // DCP's planner unpickles them next: the allowlist
   read.allow_globals = allow_globals;
-  auto c = Container::Open(path);
-  std::vector<py::bytes> out;
-  for (const std::string& name : names) {
-    auto bytes = checkpoint::CheckedBlob(*c, name, "the folder's .metadata");
-    dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
-    out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<std::vector<uint8_t>> blobs;
+  {
+    // Without the GIL while reading (an object's ranged GETs): other Python threads run on.
+    py::gil_scoped_release release;
+    auto c = Container::Open(path);
+    for (const std::string& name : names) {
+      auto bytes = checkpoint::CheckedBlob(*c, name, "the folder's .metadata");
+      dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
+      blobs.push_back(std::move(bytes));
+    }
   }
+  std::vector<py::bytes> out;
+  for (const auto& bytes : blobs) out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return out;
 }
 

@@ -256,10 +256,16 @@ def join_group(rank, ws, port):
 
 
 def worker(rank, ws, port, root, other_root, queue):
+    report(rank, ws, port, queue, lambda results: run_cases(rank, ws, root, other_root, results))
+
+
+def report(rank, ws, port, queue, cases):
+    """Joins the group, runs cases(results), puts (rank, results) on the queue whatever happens
+    (an exception as results["worker raised"]), leaves the group."""
     results = {}
     try:
         join_group(rank, ws, port)
-        run_cases(rank, ws, root, other_root, results)
+        cases(results)
     except Exception:  # noqa: BLE001 - reported to the test
         results["worker raised"] = traceback.format_exc()
     finally:
@@ -346,12 +352,18 @@ class warnings_caught:
 
 def run(ws, root, other_root=None, timeout=240):
     """Spawns `ws` ranks; returns {rank: {check: None or problem}}."""
+    return spawn(worker, ws, (root, other_root), timeout)
+
+
+def spawn(target, ws, args, timeout=240):
+    """Runs target(rank, ws, port, *args, queue) in `ws` spawned ranks, each putting (rank,
+    results) on the queue; returns {rank: results} of the ranks that reported in time."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, ws, port, root, other_root, queue)) for r in range(ws)]
+    procs = [ctx.Process(target=target, args=(r, ws, port) + tuple(args) + (queue,)) for r in range(ws)]
     for p in procs:
         p.start()
     out = {}

@@ -21,14 +21,16 @@ default; on a CUDA target a pinned host ring of the same size). Reads: this rank
 bytes, plus whole chunks around them (chunk_bytes, 4 MiB by default) from the files holding
 them, i.e. about (model bytes / W) + 2 x chunk_bytes x (parameters straddling a file boundary).
 
+The files may be objects of an object folder (s3://BUCKET/PREFIX/model_world_size_W_rank_R.zckpt):
+the sibling files are found beside the path given, a HEAD each, and read with ranged GETs of the
+chunks holding the rows needed.
+
 Only when a needed rank's file is missing (its folder was not copied here) does every rank fall
 back, together, to FSDP's own load (fsdp_fallback, below), whose cost is FSDP's.
 """
-import os
-
 import torch
 
-from . import _C
+from . import _C, _paths
 from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0
@@ -114,21 +116,29 @@ def _row_chunk(dim0, world_size, rank):
 
 
 class _Plan:
-    def __init__(self, path, ckpt):
+    def __init__(self, path, ckpt, own):
         self.path = path
-        # file -> its _C.Checkpoint, opened once: the records checked and the bytes loaded come
-        # from the same open file, so a checkpoint renamed over a path meanwhile is never mixed in.
-        self.opened = {path: ckpt}
+        # file -> (its _C.Checkpoint, its records), opened once: the records checked and the
+        # bytes loaded come from the same open file, so a checkpoint renamed over a path
+        # meanwhile is never mixed in.
+        self.opened = {path: (ckpt, own)}
         self.ranges = {}  # file -> [(name, first element, target)]
         self.fallback_why = None
         self.bytes = 0
+
+    def records(self, file):
+        """The records of `file`, opened on first use."""
+        if file not in self.opened:
+            ckpt = _C.open(file)
+            self.opened[file] = (ckpt, records_of(ckpt))
+        return self.opened[file][1]
 
     def add(self, file, name, begin, target):
         self.ranges.setdefault(file, []).append((name, begin, target))
         self.bytes += target.numel() * target.element_size()
 
 
-def _plan_param(plan, unit, name, shape, info, shard, own, files_checked):
+def _plan_param(plan, unit, name, shape, info, shard, own):
     """Adds the ranges filling parameter `name`'s part of this rank's shard."""
     path = plan.path
     numel = 1
@@ -162,14 +172,11 @@ def _plan_param(plan, unit, name, shape, info, shard, own, files_checked):
             plan.add(path, name, a - k_lo * row, target)
             continue
         other = sibling(path, k)
-        if other is None or not os.path.exists(other):
+        if other is None or (other not in plan.opened and not _paths.isfile(other)):
             plan.fallback_why = (f"rows {k_lo}..{k_hi - 1} of '{name}' that this rank's FlatParameter shard holds were "
                                  f"saved by rank {k}, whose file {other or '(not named ..._rank_K)'} is not here")
             return
-        theirs = files_checked.get(other)
-        if theirs is None:
-            plan.opened[other] = _C.open(other)
-            theirs = files_checked[other] = records_of(plan.opened[other])
+        theirs = plan.records(other)
         if name not in theirs:
             raise _C.ZckptError(f"{other}: has no '{name}', which rank {k} saved rows {k_lo}..{k_hi - 1} of")
         _check_chunk(other, name, theirs[name], shape, ws, k)
@@ -215,7 +222,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
     ckpt = _C.open(path)
     own = records_of(ckpt)
     status, error = _CAN_IN_PLACE, None
-    plan = _Plan(path, ckpt)
+    plan = _Plan(path, ckpt, own)
     loaded_names = set()
     plain = []  # (name, tensor): buffers and parameters FSDP does not manage, loaded whole
     try:
@@ -225,13 +232,12 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
                                     f"(use zckpt.load and the module's load_state_dict)")
         if units and units[0].world_size > 1:
             check_rank_of_file(path, units[0].rank, units[0].world_size, "this FSDP module's process")
-        files_checked = {}
         for u in units:
             shard = _shard_of(u, path)
             for name, shape, info in zip(u.names, u.shapes, u.infos):
                 loaded_names.add(name)
                 if name in own:
-                    _plan_param(plan, u, name, shape, info, shard, own, files_checked)
+                    _plan_param(plan, u, name, shape, info, shard, own)
             loaded_names.update(u.shared)
         managed = {id(u.flat) for u in units}
         for name, p in model.named_parameters():
@@ -274,7 +280,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
         if plain:
             ckpt.load_into([(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed), ring)
         for file, ranges in plan.ranges.items():
-            plan.opened[file].load_ranges(ranges, verify, list(allowed), ring)
+            plan.opened[file][0].load_ranges(ranges, verify, list(allowed), ring)
     return missing, unexpected
 
 

@@ -7,7 +7,7 @@ import torch
 
 from . import _C, _paths
 from ._api import ZckptError, _allowed, _path
-from ._sharded import records
+from ._sharded import records_of
 
 _INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json
 
@@ -73,9 +73,20 @@ def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, mmap=Fa
     All files are opened when iter_tensors is called and read through those open files, so a
     checkpoint renamed over the path meanwhile is read whole from the files opened.
     """
+    return stream(open_containers(path), device, verify=verify, verify_first=verify_first, mmap=mmap,
+                  allow_globals=allow_globals)
+
+
+def open_containers(path):
+    """_C.Checkpoint of every container_files(path), opened now, in load order: what stream()
+    and table_of() read, so both see the same files whatever is renamed over `path` later."""
+    return [_C.open(f) for f in container_files(path)]
+
+
+def stream(checkpoints, device="cpu", *, verify=True, verify_first=False, mmap=False, allow_globals=()):
+    """iter_tensors over containers already open (open_containers)."""
     device = str(torch.device(device))
     allowed = _allowed(allow_globals)
-    checkpoints = [_C.open(f) for f in container_files(path)]
     if mmap:
         if device != "cpu":
             raise ValueError(f"mmap=True gives CPU views of the files; device {device!r} needs mmap=False")
@@ -101,7 +112,12 @@ def _flatten(sources):
 def tensor_table(path):
     """{name: (dtype name, shape tuple)} of every tensor of a container or converted folder, from
     the indexes alone (nothing read but them)."""
+    return table_of(open_containers(path))
+
+
+def table_of(checkpoints):
+    """tensor_table of containers already open (open_containers): their indexes, read at open."""
     table = {}
-    for f in container_files(path):
-        table.update((r.name, (r.dtype, r.shape)) for r in records(f).values() if not r.internal)
+    for c in checkpoints:
+        table.update((r.name, (r.dtype, r.shape)) for r in records_of(c).values() if not r.internal)
     return table

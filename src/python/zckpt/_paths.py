@@ -62,10 +62,11 @@ def files_under(path):
 
 
 def read_bytes(path, max_bytes=1 << 30):
+    """The whole file or object. A local path must be a regular file (a FIFO or device is
+    refused, never read: the C++ readers' rule)."""
     if is_url(path):
         return _C.read_object(path, max_bytes)
-    with open(path, "rb") as f:
-        return f.read()
+    return _C.read_regular_file(os.fspath(path))
 
 
 def write_atomically(path, data):

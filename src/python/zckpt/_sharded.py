@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from . import _C
+from . import _C, _paths
 
 FLAG_DTENSOR = 1 << 4
 FLAG_SHARDED = 1 << 5
@@ -50,26 +50,33 @@ class Record:
         return bool(self.flags & FLAG_INTERNAL)
 
 
+def _by_name(tensor_records):
+    return {d["name"]: Record(d) for d in tensor_records}
+
+
 @functools.lru_cache(maxsize=64)
 def _records_cached(path, mtime_ns, size):
-    return {d["name"]: Record(d) for d in _C.tensor_records(path)}
+    return _by_name(_C.tensor_records(path))
 
 
 def records(path):
-    """name -> Record for every tensor of the container at `path` (the index only is read)."""
+    """name -> Record for every tensor of the container at `path` (the index only is read); a
+    local file's are cached while its mtime and size stay, an object's are read each time."""
+    if _paths.is_url(path):
+        return _by_name(_C.tensor_records(path))
     st = os.stat(path)
     return _records_cached(path, st.st_mtime_ns, st.st_size)
 
 
 def records_of(ckpt):
     """records() of an opened _C.Checkpoint: the index of that very open file."""
-    return {d["name"]: Record(d) for d in ckpt.tensor_records()}
+    return _by_name(ckpt.tensor_records())
 
 
 def saved_rank(path):
     """(rank, world_size) from a verl-style name: the container's own, else the name of the .pt
     it was converted from; None when neither follows the pattern."""
-    for name in (os.path.basename(path), _source_name(path)):
+    for name in (_paths.basename(path), _source_name(path)):
         m = _RANK_NAME.match(name or "")
         if m:
             return int(m.group("rank")), int(m.group("ws"))
@@ -84,14 +91,14 @@ def _source_name(path):
 
 
 def sibling(path, rank):
-    """The file of `rank` next to `path` (same prefix, world size and suffix), or None when the
-    name is not verl-style."""
-    base = os.path.basename(path)
+    """The file of `rank` next to `path` (same prefix, world size and suffix; in the same folder,
+    local or object), or None when the name is not verl-style."""
+    base = _paths.basename(path)
     m = _RANK_NAME.match(base)
     if not m:
         return None
     name = f"{m.group('head')}{m.group('ws')}{m.group('mid')}{rank}{m.group('tail') or ''}"
-    return os.path.join(os.path.dirname(path), name)
+    return path[:len(path) - len(base)] + name
 
 
 def process_rank():

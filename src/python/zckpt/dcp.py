@@ -6,6 +6,11 @@
     dcp.save(state, storage_writer=ZckptStorageWriter("ckpt/step_100"))
     dcp.load(state, storage_reader=ZckptStorageReader("ckpt/step_100"))   # any world size
 
+The folder may be an object folder in S3-compatible storage, "s3://BUCKET/PREFIX/step_100"
+(configured from the AWS environment variables, src/remote/README.md): the containers are
+uploaded and read by the C++ library (multipart uploads; ranged GETs pinned to the object's
+ETag, damaged chunks fetched again), `.metadata` is one PUT written last and one GET.
+
 DCP plans which rank writes and reads which piece of which tensor (and reshards between world
 sizes); zckpt stores the pieces. A save writes one container per rank, `__<rank>_0.zckpt`, each
 saved tensor piece a checksummed storage of its own, each non-tensor item (DCP's BytesIO items:
@@ -45,7 +50,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import _C
+from . import _C, _paths
 from ._api import _allowed
 
 __all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
@@ -73,10 +78,9 @@ def _piece_extra(item):
                       separators=(",", ":"))
 
 
-def _write_atomic(path, data):
-    """Temporary, fsync, rename, fsync of the folder (the C++ AtomicFile): only a regular file
-    (or nothing) at `path` is replaced."""
-    _C.write_file_atomically(os.fspath(path), bytes(data))
+# Local: temporary, fsync, rename, fsync of the folder (the C++ AtomicFile), only a regular file
+# (or nothing) at `path` replaced; an object: one PUT.
+_write_atomic = _paths.write_atomically
 
 
 class ZckptStorageWriter(StorageWriter):
@@ -85,7 +89,11 @@ class ZckptStorageWriter(StorageWriter):
     chunk_bytes / zstd_level / threads are the container writer's options (default 4 MiB chunks,
     no compression, all cores hashing). Tensors on a device are copied out 64 MiB at a time.
     Each container appears only complete (temporary, fsync, rename); `.metadata` last, written
-    the same way by the coordinator, so a folder with `.metadata` is a whole checkpoint."""
+    the same way by the coordinator, so a folder with `.metadata` is a whole checkpoint.
+
+    `path` may be an object folder, s3://BUCKET/PREFIX: each rank's container is uploaded by the
+    C++ writer as it is written (multipart past ZCKPT_S3_PART_MB), and `.metadata` is one PUT
+    after every container is complete, so there too a folder with `.metadata` is whole."""
 
     def __init__(self, path, *, chunk_bytes=0, zstd_level=0, threads=0, overwrite=True):
         super().__init__()
@@ -109,12 +117,12 @@ class ZckptStorageWriter(StorageWriter):
 
     def _metadata_path(self):
         if not self.use_collectives and self.rank is not None:
-            return os.path.join(self.path, f"__{self.rank}{METADATA_NAME}")
-        return os.path.join(self.path, METADATA_NAME)
+            return _paths.join(self.path, f"__{self.rank}{METADATA_NAME}")
+        return _paths.join(self.path, METADATA_NAME)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        os.makedirs(self.path, exist_ok=True)
-        if not self.overwrite and os.path.exists(self._metadata_path()):
+        _paths.makedirs(self.path)
+        if not self.overwrite and _paths.exists(self._metadata_path()):
             raise RuntimeError(f"{self.path}: a checkpoint already exists there and overwrite=False")
         if not self.use_collectives and self.rank is not None:
             plan = dataclasses.replace(plan, storage_data=f"__{self.rank}_")
@@ -126,7 +134,7 @@ class ZckptStorageWriter(StorageWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
         relative = f"{plan.storage_data}0{SUFFIX}"
-        writer = _C.ContainerWriter(os.path.join(self.path, relative), self.chunk_bytes, self.zstd_level, self.threads)
+        writer = _C.ContainerWriter(_paths.join(self.path, relative), self.chunk_bytes, self.zstd_level, self.threads)
         results, names = [], set()
 
         def unique(name):
@@ -168,7 +176,7 @@ class ZckptStorageWriter(StorageWriter):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return "://" not in str(checkpoint_id)
+        return _is_local_or_object(checkpoint_id)
 
     @property
     def checkpoint_id(self):
@@ -199,12 +207,22 @@ class _MetadataUnpickler(pickle.Unpickler):
                                      "DCP's metadata is made of")
 
 
+def _is_local_or_object(checkpoint_id):
+    """A local path or an s3:// URL (no other scheme: fsspec's belong to FileSystemWriter)."""
+    return "://" not in str(checkpoint_id) or _paths.is_url(str(checkpoint_id))
+
+
 def load_metadata(path) -> Metadata:
-    """The Metadata of a DCP folder (or of a `.metadata` file), read safely: see the module doc."""
+    """The Metadata of a DCP folder (or of a `.metadata` file), local or s3://, read safely: see
+    the module doc."""
     path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, METADATA_NAME)
-    data = _C.read_regular_file(path)  # a FIFO or device is refused, never blocks
+    if _paths.isdir(path):
+        path = _paths.join(path, METADATA_NAME)
+    return _read_metadata_file(path)
+
+
+def _read_metadata_file(path):
+    data = _paths.read_bytes(path)  # a local FIFO or device is refused, never blocks
     _C.check_dcp_metadata(data, path)  # zckpt's interpreter: UnsafeError / CorruptError
     metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     if not isinstance(metadata, Metadata):
@@ -255,7 +273,9 @@ class ZckptStorageReader(StorageReader):
     name a global off its allowlist, unless listed in allow_globals ('module.name' strings,
     classes or functions, as for zckpt.load); globals that could run code are refused whatever.
     `last_read` holds, after each read_data, what this rank read: regions, chunks, stored_bytes
-    (bytes of the chunks read from the files), and the containers it touched."""
+    (bytes of the chunks read from the files), and the containers it touched.
+    `path` may be an object folder, s3://BUCKET/PREFIX (either layout): `.metadata` is one GET,
+    each container is read with ranged GETs of the chunks the pieces need."""
 
     def __init__(self, path, *, verify=True, allow_globals=()):
         super().__init__()
@@ -266,6 +286,7 @@ class ZckptStorageReader(StorageReader):
         self.load_id = str(uuid.uuid4())
         self.last_read = {}
         self._storage_tensors = {}
+        self._present = {}  # converted layout: container path -> whether it is there
 
     def reset(self, checkpoint_id=None):
         self.storage_data = {}
@@ -273,12 +294,14 @@ class ZckptStorageReader(StorageReader):
             self.path = os.fspath(checkpoint_id)
         self.load_id = str(uuid.uuid4())
         self._storage_tensors = {}
+        self._present = {}
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
-        metadata = load_metadata(os.path.join(self.path, name))
-        check_tiling(metadata, os.path.join(self.path, name))
+        path = _paths.join(self.path, name)
+        metadata = _read_metadata_file(path)
+        check_tiling(metadata, path)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -301,7 +324,7 @@ class ZckptStorageReader(StorageReader):
         if info is None:
             raise _C.CorruptError(f"{self.path}: the metadata has no storage entry for {item.storage_index}")
         if isinstance(info, tuple) and len(info) == 2:  # written by ZckptStorageWriter
-            return os.path.join(self.path, info[0]), info[1]
+            return _paths.join(self.path, info[0]), info[1]
         relative = getattr(info, "relative_path", None)
         if relative is None:
             raise _C.CorruptError(f"{self.path}: storage entry {info!r} of {item.storage_index} is neither zckpt's "
@@ -309,8 +332,10 @@ class ZckptStorageReader(StorageReader):
         # A FileSystemWriter folder converted by `zckpt convert`: X.distcp became X.zckpt, and a
         # piece is found by its byte offset in X.distcp (storage key / blob name).
         stem = relative[:-len(".distcp")] if relative.endswith(".distcp") else relative
-        path = os.path.join(self.path, stem + SUFFIX)
-        if not os.path.exists(path):
+        path = _paths.join(self.path, stem + SUFFIX)
+        if path not in self._present:  # one check (a HEAD for an object) per container
+            self._present[path] = _paths.isfile(path)
+        if not self._present[path]:
             raise _C.ZckptError(f"{path}: missing; {self.path} is a DCP folder of FileSystemWriter's layout "
                                 f"({relative}): read it with FileSystemReader, or convert it with 'zckpt convert'")
         if item.type == LoadItemType.BYTE_IO:
@@ -352,7 +377,7 @@ class ZckptStorageReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return "://" not in str(checkpoint_id) and os.path.isdir(os.fspath(checkpoint_id))
+        return _is_local_or_object(checkpoint_id) and _paths.isdir(os.fspath(checkpoint_id))
 
     @property
     def checkpoint_id(self):

@@ -47,7 +47,7 @@ import time
 
 import torch
 
-from . import _C
+from . import _C, _paths
 from ._api import load
 
 RANK_FILE = re.compile(r"^(?P<family>.+)_world_size_(?P<world>[0-9]+)_rank_(?P<rank>[0-9]+)\.(?P<ext>zckpt|pt)$")
@@ -266,6 +266,7 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
     exists."""
     if world_size < 1:
         raise ValueError("world_size must be >= 1")
+    _refuse_object_folders(ckpt_dir, out)
     families = _families(ckpt_dir)
     if not families:
         raise ValueError(f"{ckpt_dir}: no verl per-rank files (NAME_world_size_W_rank_R.zckpt or .pt)")
@@ -327,6 +328,21 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
             log(f"{family}: {old_world} -> {world_size} ranks ({stats['tensors']} tensors, {stats['bytes']} bytes, "
                 f"largest {stats['largest_tensor']})")
     _copy_rest(ckpt_dir, out, rank_files, world_size)
+
+
+def _refuse_object_folders(ckpt_dir, out):
+    """reshard reads and writes local folders only: its merge and FSDP1 layout (C++) take a local
+    folder, .pt rank files are converted through local files, and the outputs appear by local
+    rename beside a locked work folder in `out`. An s3:// folder is refused by name, before
+    anything is read or written, rather than taken as a relative local path."""
+    if _paths.is_url(os.fspath(ckpt_dir)):
+        raise ValueError(f"{ckpt_dir}: reshard reads a local checkpoint folder, not an object folder (its merge and "
+                         "the conversion of .pt rank files read local files): copy the folder here first "
+                         "(e.g. `aws s3 cp --recursive`)")
+    if _paths.is_url(os.fspath(out)):
+        raise ValueError(f"{out}: reshard writes a local folder, not an object folder (each rank file is written "
+                         "beside a locked work folder and renamed into place): reshard into a local folder, then "
+                         "upload it")
 
 
 def _write_rank(state, tmp, out, family, world_size, rank, fmt):

@@ -7,6 +7,9 @@ metadata): `register()` runs in every vLLM process, is idempotent, and does noth
 not installed. Weights come from zckpt.iter_tensors: streamed one tensor at a time, every chunk
 checked; a corrupt chunk stops start-up with CorruptError naming file, tensor and byte range.
 
+DIR may also be an object folder, s3://BUCKET/PREFIX/ (as `model_weights`, with `model` a
+local folder holding the config), read with ranged GETs.
+
 Weight reload (the RL update path): `llm.collective_rpc("reload_weights", kwargs={"weights_path":
 NEW_DIR_OR_CONTAINER})` re-enters `get_all_weights`, which, before it returns an iterator (so
 before vLLM moves any layer to the meta device), checks every chunk of every file of the update
@@ -21,8 +24,6 @@ parameters; default "cpu"), "mmap" (default true on "cpu": each file mapped and 
 checked in the mapping, tensors handed over as views of it, so vLLM's copy into its parameters is
 the only copy; false: streamed into fresh tensors).
 """
-import os
-
 _OPTIONS = {"verify": bool, "verify_first": bool, "device": str, "mmap": bool}
 _CHECKPOINT_ATTR = "_zckpt_checkpoint_tensors"  # set on the model at start-up: what an update must match
 
@@ -43,10 +44,12 @@ def register():
 
 
 def _checkpoint_path(model_config):
+    from . import _paths
+
     path = getattr(model_config, "model_weights", "") or model_config.model
-    if not os.path.exists(path):
-        raise ValueError(f"load format 'zckpt' reads a local folder converted by `zckpt convert` or a .zckpt "
-                         f"container; {path!r} is neither (convert a Hugging Face folder with "
+    if not _paths.exists(path):
+        raise ValueError(f"load format 'zckpt' reads a folder converted by `zckpt convert` or a .zckpt "
+                         f"container (local or s3://); {path!r} is neither (convert a Hugging Face folder with "
                          f"`zckpt convert HF_DIR -o OUT/`)")
     return path
 
@@ -92,29 +95,33 @@ def _loader_class(base):
         def download_model(self, model_config):
             _iter.container_files(_checkpoint_path(model_config))  # raises when there is nothing to load
 
-        def _weights(self, path, verify_first):
-            return _iter.iter_tensors(path, device=self.device, verify=self.verify, verify_first=verify_first,
-                                      mmap=self.mmap)
+        def _weights(self, checkpoints, verify_first):
+            return _iter.stream(checkpoints, device=self.device, verify=self.verify, verify_first=verify_first,
+                                mmap=self.mmap)
 
         def load_weights(self, model, model_config):
             path = _checkpoint_path(model_config)
-            weights = self._weights(path, self.verify_first)
-            loaded = model.load_weights(weights)
+            # Each file opened once: the weights streamed and the table kept come from the same files.
+            checkpoints = _iter.open_containers(path)
+            loaded = model.load_weights(self._weights(checkpoints, self.verify_first))
             if loaded is not None and model_config.quantization is None:
                 missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
                 if missing:
                     raise ValueError(f"{path}: these weights were not initialized from the checkpoint: {missing}")
-            setattr(model, _CHECKPOINT_ATTR, _iter.tensor_table(path))
+            setattr(model, _CHECKPOINT_ATTR, _iter.table_of(checkpoints))
 
         def get_all_weights(self, model_config, model):
-            """The reload path (vLLM's reload_weights): everything checked before it returns."""
+            """The reload path (vLLM's reload_weights): everything checked before it returns. Each
+            file is opened once: the table checked is that of the files streamed (a checkpoint
+            renamed over the path meanwhile is never mixed in)."""
             path = _checkpoint_path(model_config)
+            checkpoints = _iter.open_containers(path)
             expected = getattr(model, _CHECKPOINT_ATTR, None)
             if expected is not None:
-                problems = update_problems(expected, _iter.tensor_table(path))
+                problems = update_problems(expected, _iter.table_of(checkpoints))
                 if problems:
                     raise ValueError(f"{path} cannot update the serving weights (nothing was changed):\n  " +
                                      "\n  ".join(problems))
-            return self._weights(path, verify_first=True)
+            return self._weights(checkpoints, verify_first=True)
 
     return ZckptModelLoader
