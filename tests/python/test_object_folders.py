@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 import fsdp_cases
 import zckpt
+import zckpt.dcp
 import zckpt_testing
 from test_object_storage import BUCKET, byte_range, moto, proxy, s3env  # noqa: F401  (fixtures)
 from zckpt import _C, _iter, _paths
@@ -130,6 +131,60 @@ def test_a_folder_of_many_listing_pages(s3env, proxy, monkeypatch, tmp_path):
     assert _paths.listdir(url) == sorted([f"part{i}.zckpt" for i in range(7)] + ["notes.txt", "sub"])
 
 
+# --- the vLLM load format, through a stand-in for vLLM's BaseModelLoader -----------------------
+
+class _StandInBase:
+    def __init__(self, load_config):
+        self.load_config = load_config
+
+
+class _StandInModel:
+    """What vLLM's model.load_weights does with the iterator: takes every tensor (a copy)."""
+
+    def __init__(self):
+        self.weights = {}
+
+    def load_weights(self, weights):
+        for n, t in weights:
+            self.weights[n] = t.clone()
+        return set(self.weights)
+
+    def named_parameters(self):
+        return iter(())
+
+
+def test_vllm_loader_reads_an_object_folder_opening_each_file_once(s3env, proxy, converted, tmp_path):
+    from types import SimpleNamespace
+
+    from zckpt import vllm_plugin
+
+    out, w = converted
+    url = f"s3://{BUCKET}/{ODD}/vllm"
+    upload(out, url)
+    loader = vllm_plugin._loader_class(_StandInBase)(SimpleNamespace(model_loader_extra_config={}))
+    config = SimpleNamespace(model=url, model_weights="", quantization=None)
+    model = _StandInModel()
+    loader.load_weights(model, config)  # mmap's default is off for an object (it cannot be mapped)
+    assert sorted(model.weights) == sorted(w)
+    for n, t in w.items():
+        assert torch.equal(model.weights[n], t), n
+    # The reload path: table checked and tensors streamed from one open of each file.
+    proxy.reset()
+    update = loader.get_all_weights(config, model)
+    got = [(n, t.clone()) for n, t in update]
+    assert_streams_equal(got, list(zckpt.iter_tensors(out)))
+    heads = [p.split("?")[0].rsplit("/", 1)[-1] for m, p, _ in proxy.log if m == "HEAD"]
+    containers = [h for h in heads if h.endswith(".zckpt")]
+    assert sorted(containers) == [f"model-0000{i}-of-00003.zckpt" for i in (1, 2, 3)], heads
+    # An update of other tensors is refused before anything is streamed.
+    other = str(tmp_path / "other.zckpt")
+    zckpt.save({"layers.0.weight": torch.zeros(64, 33)}, other)
+    _C.write_object(f"s3://{BUCKET}/{ODD}/vllm-other/other.zckpt", _paths.read_bytes(other))
+    with pytest.raises(ValueError, match="cannot update the serving weights"):
+        loader.get_all_weights(SimpleNamespace(model=url, model_weights=f"s3://{BUCKET}/{ODD}/vllm-other/",
+                                               quantization=None), model)
+
+
 # --- torch.distributed.checkpoint ------------------------------------------------------------------
 
 def _dcp_state(seed):
@@ -202,10 +257,13 @@ def test_dcp_save_and_load_in_an_object_folder(s3env, proxy, moto, tmp_path):
     got, reader = _dcp_load(url)
     _assert_state_equal(got, saved)
     assert reader.last_read["files"] == [f"{url}/__0_0.zckpt"]
-    # The same checkpoint saved locally loads to the same state.
+    # The same checkpoint saved locally loads to the same state; a trailing '/' is the same folder.
     local = str(tmp_path / "step_100")
     _dcp_save(saved, local)
     _assert_state_equal(_dcp_load(local)[0], got)
+    _assert_state_equal(_dcp_load(url + "/")[0], saved)
+    remote_md, local_md = zckpt.dcp.load_metadata(url), zckpt.dcp.load_metadata(local)
+    assert remote_md.state_dict_metadata == local_md.state_dict_metadata
     # overwrite=False: the .metadata object is a checkpoint that exists; nothing is written.
     proxy.reset()
     e = _rank0_failure(lambda: _dcp_save(_dcp_state(2), url, overwrite=False))
@@ -285,14 +343,15 @@ def test_dcp_converted_filesystemwriter_folder_read_from_an_object_folder(s3env,
 # --- two gloo ranks: DCP with FSDP2 state, FSDP1 load_into of verl's per-rank files -------------
 
 @pytest.fixture(scope="module")
-def ranks(s3_for_module, tmp_path_factory):
+def ranks(s3_for_module, proxy, tmp_path_factory):
     import object_folder_workers
 
     root = str(tmp_path_factory.mktemp("ranks"))
     dcp_url = f"s3://{BUCKET}/{ODD}/ranks/dcp"
     fsdp_url = f"s3://{BUCKET}/{ODD}/ranks/fsdp1"
+    proxy.reset()
     out = fsdp_cases.spawn(object_folder_workers.worker, 2, (root, dcp_url, fsdp_url), timeout=300)
-    return out, dcp_url, fsdp_url
+    return out, dcp_url, fsdp_url, list(proxy.log)
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +370,7 @@ def s3_for_module(proxy):
 
 
 def _rank_checks(ranks, prefix, at_least):
-    out, _, _ = ranks
+    out = ranks[0]
     assert sorted(out) == [0, 1], f"ranks that reported: {sorted(out)}"
     for rank, results in out.items():
         assert "worker raised" not in results, results["worker raised"]
@@ -323,13 +382,20 @@ def _rank_checks(ranks, prefix, at_least):
 
 def test_dcp_two_ranks_save_and_load_through_an_object_folder(ranks):
     _rank_checks(ranks, "dcp", 2 * 9)
-    _, dcp_url, _ = ranks
+    _, dcp_url, _, log = ranks
     assert _paths.listdir(dcp_url) == [".metadata", "__0_0.zckpt", "__1_0.zckpt"]
+    # Both ranks' containers were complete in the bucket before the one PUT of .metadata.
+    prefix = "/" + BUCKET + "/" + ODD.replace(" ", "%20").replace("&", "%26") + "/ranks/dcp/"
+    writes = [(m, p.split("?")[0][len(prefix):]) for m, p, _ in log if m in ("PUT", "POST") and p.startswith(prefix)]
+    assert [w for w in writes if w[1] == ".metadata"] == [("PUT", ".metadata")], writes
+    last_container = max(i for i, (_, name) in enumerate(writes) if name.endswith(".zckpt"))
+    assert writes.index(("PUT", ".metadata")) > last_container, writes
+    assert {name for _, name in writes if name.endswith(".zckpt")} == {"__0_0.zckpt", "__1_0.zckpt"}, writes
 
 
 def test_fsdp1_load_into_from_an_object_folder_equals_local(ranks):
     _rank_checks(ranks, "fsdp1", 2 * 9)
-    _, _, fsdp_url = ranks
+    fsdp_url = ranks[2]
     assert _paths.listdir(fsdp_url) == sorted(f"{k}_world_size_2_rank_{r}.zckpt" for k in ("model", "optim")
                                               for r in (0, 1))
 

@@ -22,7 +22,8 @@ Options (`model_loader_extra_config`): "verify" (default true: check each chunk 
 always does), "device" (where tensors are streamed to before vLLM copies them into the
 parameters; default "cpu"), "mmap" (default true on "cpu": each file mapped and every chunk
 checked in the mapping, tensors handed over as views of it, so vLLM's copy into its parameters is
-the only copy; false: streamed into fresh tensors).
+the only copy; false: streamed into fresh tensors; an object in s3:// cannot be mapped, so there
+the default is false).
 """
 _OPTIONS = {"verify": bool, "verify_first": bool, "device": str, "mmap": bool}
 _CHECKPOINT_ATTR = "_zckpt_checkpoint_tensors"  # set on the model at start-up: what an update must match
@@ -90,20 +91,23 @@ def _loader_class(base):
             self.verify = extra.get("verify", True)
             self.verify_first = extra.get("verify_first", False)
             self.device = str(torch.device(extra.get("device", "cpu")))
-            self.mmap = extra.get("mmap", self.device == "cpu")
+            self.mmap = extra.get("mmap")  # None: mapped when on "cpu" and local
 
         def download_model(self, model_config):
             _iter.container_files(_checkpoint_path(model_config))  # raises when there is nothing to load
 
-        def _weights(self, checkpoints, verify_first):
+        def _weights(self, path, checkpoints, verify_first):
+            from . import _paths
+
+            mmap = self.mmap if self.mmap is not None else self.device == "cpu" and not _paths.is_url(path)
             return _iter.stream(checkpoints, device=self.device, verify=self.verify, verify_first=verify_first,
-                                mmap=self.mmap)
+                                mmap=mmap)
 
         def load_weights(self, model, model_config):
             path = _checkpoint_path(model_config)
             # Each file opened once: the weights streamed and the table kept come from the same files.
             checkpoints = _iter.open_containers(path)
-            loaded = model.load_weights(self._weights(checkpoints, self.verify_first))
+            loaded = model.load_weights(self._weights(path, checkpoints, self.verify_first))
             if loaded is not None and model_config.quantization is None:
                 missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
                 if missing:
@@ -122,6 +126,6 @@ def _loader_class(base):
                 if problems:
                     raise ValueError(f"{path} cannot update the serving weights (nothing was changed):\n  " +
                                      "\n  ".join(problems))
-            return self._weights(checkpoints, verify_first=True)
+            return self._weights(path, checkpoints, verify_first=True)
 
     return ZckptModelLoader
