@@ -33,8 +33,11 @@ void RegisterSharded(py::module_& m);  // sharded_module.cc
 namespace {
 
 // Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
-// .pt or safetensors file (zckpt.load("x.pt")).
+// .pt or safetensors file (zckpt.load("x.pt")). Called with the GIL held, which it lets go of:
+// opening reads the index, from an object by HEAD and ranged GETs, while other Python threads
+// (a fault proxy in the tests, a trainer's own) go on.
 std::unique_ptr<Container> OpenContainer(const std::string& path) {
+  py::gil_scoped_release release;
   try {
     return Container::Open(path);
   } catch (const Error& e) {
@@ -94,8 +97,13 @@ py::bytes ReadBlob(const std::string& path, const std::string& name) {
   auto c = OpenContainer(path);
   auto blob = c->FindBlob(name);
   if (!blob) throw Error(ErrorKind::kInvalidArgument, path + ": no blob '" + name + "'");
-  auto bytes = c->CheckedBlobBytes(*blob);
-  return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::string bytes;
+  {
+    py::gil_scoped_release release;
+    auto checked = c->CheckedBlobBytes(*blob);
+    bytes.assign(reinterpret_cast<const char*>(checked.data()), checked.size());
+  }
+  return py::bytes(bytes);
 }
 
 // The object pickle, read by zckpt's interpreter under the allowlist plus `allow_globals` and
@@ -406,17 +414,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("tensor_stream", &zckpt::OpenTensorStream, py::arg("checkpoint"), py::arg("device") = "cpu",
         py::arg("verify") = true, py::arg("verify_first") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("open", [](const std::string& path) {
-    py::gil_scoped_release release;
-    return std::shared_ptr<Container>(zckpt::OpenContainer(path));
-  }, py::arg("path"));
+  m.def("open", [](const std::string& path) { return std::shared_ptr<Container>(zckpt::OpenContainer(path)); },
+        py::arg("path"));
   m.def("describe", [](const std::string& path) { return zckpt::Describe(zckpt::OpenContainer(path).get()); },
         py::arg("path"));
   m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
   m.def("vetted_pickle", [](const std::string& path, const std::vector<std::string>& allow) {
-    return zckpt::VettedPickle(*zckpt::Container::Open(path), allow);
+    return zckpt::VettedPickle(*zckpt::OpenContainer(path), allow);
   }, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
   m.def("tensor_records", [](const std::string& path) { return zckpt::TensorRecords(zckpt::OpenContainer(path).get()); },
         py::arg("path"));
