@@ -1,7 +1,6 @@
 #include "checkpoint/dcp_layout.h"
 
-#include <sys/stat.h>
-
+#include "checkpoint/folder.h"
 #include "common/mapped_file.h"
 #include "pickle/json_writer.h"
 #include "pickle/unpickler.h"
@@ -58,11 +57,9 @@ std::string PieceExtra(const std::string& fqn, const std::vector<int64_t>& globa
 }
 
 pickle::DcpMetadata ReadFolderMetadata(const std::string& dir) {
-  std::string path = dir + "/" + std::string(kMetadataName);
-  MappedFile file(path);
-  std::vector<uint8_t> bytes(file.size());  // read once, privately (a FIFO was refused by the open)
-  file.ReadAt(0, bytes.size(), bytes.data());
-  return pickle::ReadDcpMetadata(bytes, path);
+  std::string path = checkpoint::InFolder(dir, std::string(kMetadataName));
+  std::string text = checkpoint::ReadWholeFile(path);  // read once, privately (a FIFO is refused)
+  return pickle::ReadDcpMetadata({reinterpret_cast<const uint8_t*>(text.data()), text.size()}, path);
 }
 
 DistcpTensor ReadDistcpTensor(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length) {
@@ -114,16 +111,15 @@ std::string ConvertedContainer(const std::string& dir, const pickle::DcpStorage&
   std::string stem = EndsWith(s.relative_path, kDistcpSuffix)
                          ? s.relative_path.substr(0, s.relative_path.size() - kDistcpSuffix.size())
                          : s.relative_path;
-  std::string converted = dir + "/" + stem + std::string(kContainerSuffix);
-  struct stat st;
-  return ::stat(converted.c_str(), &st) == 0 ? converted : "";
+  std::string converted = checkpoint::InFolder(dir, stem + std::string(kContainerSuffix));
+  return checkpoint::FileExists(converted) ? converted : "";
 }
 
 PieceLocation LocatePiece(const std::string& dir, const pickle::DcpStorage& s,
                           const std::function<const Container&(const std::string&)>& open) {
   PieceLocation loc;
   if (!s.file_slice) {
-    loc.file = dir + "/" + s.relative_path;
+    loc.file = checkpoint::InFolder(dir, s.relative_path);
     loc.container = true;
     loc.tensor = s.name;
     return loc;
@@ -145,7 +141,7 @@ PieceLocation LocatePiece(const std::string& dir, const pickle::DcpStorage& s,
     loc.tensor = std::string(c.tensor(tensors[0]).name);
     return loc;
   }
-  loc.file = dir + "/" + s.relative_path;
+  loc.file = checkpoint::InFolder(dir, s.relative_path);
   loc.offset = s.file_offset;
   loc.length = s.length;
   return loc;

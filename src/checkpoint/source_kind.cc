@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "checkpoint/file_names.h"
+#include "checkpoint/folder.h"
 #include "pt/pt_format.h"
 #include "pt/zip_reader.h"
 #include "safetensors/header.h"
@@ -149,18 +150,28 @@ bool IsDcpContainerName(const std::string& name) {
 
 }  // namespace
 
-DcpLayout DcpFolderLayout(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_regular_file(fs::path(dir) / ".metadata", ec)) return DcpLayout::kNone;
+DcpLayout DcpLayoutOf(const std::vector<std::string>& names) {
+  if (std::find(names.begin(), names.end(), ".metadata") == names.end()) return DcpLayout::kNone;
   DcpLayout layout = DcpLayout::kNone;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    std::string name = it->path().filename().string();
+  for (const std::string& name : names) {
     if (EndsWith(AsciiLower(name), ".distcp")) return DcpLayout::kDistcp;
     if (IsDcpContainerName(name)) layout = DcpLayout::kContainers;
   }
   return layout;
+}
+
+DcpLayout DcpFolderLayout(const std::string& dir) {
+  if (!IsRemote(dir)) {  // the common answer locally, without walking the folder
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / ".metadata", ec)) return DcpLayout::kNone;
+  }
+  std::vector<std::string> names;
+  try {
+    for (FolderFile& f : FolderFiles(dir, /*recursive=*/false)) names.push_back(std::move(f.name));
+  } catch (const Error&) {
+    return DcpLayout::kNone;  // not a folder (an object's key, a file): whoever opens it says why
+  }
+  return DcpLayoutOf(names);
 }
 
 bool IsDcpFolder(const std::string& dir) { return DcpFolderLayout(dir) != DcpLayout::kNone; }

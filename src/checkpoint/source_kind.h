@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/mapped_file.h"
 #include "zckpt/error.h"
@@ -46,11 +47,14 @@ std::string WhyNotConverted(SourceKind kind, const std::string& path = "");
 // True when `dir` holds a torch.distributed.checkpoint (format-spec/folders.md): a `.metadata` file and,
 // beside it, `*.distcp` shards (FileSystemWriter's layout) or DCP-named containers `__R_N.zckpt`
 // (zckpt's layout: written by zckpt.dcp.ZckptStorageWriter or converted by `zckpt convert`). A
-// `.metadata` among other files (a folder of containers named otherwise) is not DCP's.
+// `.metadata` among other files (a folder of containers named otherwise) is not DCP's. `dir`
+// may be an object folder (s3://BUCKET/PREFIX: one listing).
 bool IsDcpFolder(const std::string& dir);
 // Which of the two: kDistcp when any `.distcp` shard is there (`zckpt convert` converts it).
 enum class DcpLayout { kNone, kDistcp, kContainers };
 DcpLayout DcpFolderLayout(const std::string& dir);
+// The same from the names of a folder's own files (a listing already made).
+DcpLayout DcpLayoutOf(const std::vector<std::string>& names);
 // What to do with one file of a DCP folder given alone: the folder is the checkpoint.
 std::string DcpAdvice(const std::string& dir);
 

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint/dcp_layout.h"
+#include "checkpoint/folder.h"
 #include "checkpoint/object_pickle.h"
 #include "checkpoint/source_kind.h"
 #include "checkpoint/storage_stream.h"
@@ -26,10 +26,23 @@
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt {
 
 namespace {
+
+using checkpoint::DcpLayout;
+using checkpoint::DcpLayoutOf;
+using checkpoint::FolderFile;
+using checkpoint::FolderFiles;
+using checkpoint::InFolder;
+using checkpoint::IsDcpFolder;
+using checkpoint::IsFolder;
+using checkpoint::IsRemote;
+using checkpoint::OpenFile;
+using checkpoint::OpenMappedFile;
+using checkpoint::WithoutTrailingSlash;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -95,7 +108,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
         std::string where;
         std::shared_ptr<const MappedFile> slice_file;
         if (!s->file_slice) {
-          const Container& c = open(dir + "/" + s->relative_path);
+          const Container& c = open(InFolder(dir, s->relative_path));
           checked = checkpoint::CheckedBlob(c, s->name, "the folder's .metadata");
           bytes = checked;
           where = c.path() + " blob '" + s->name + "'";
@@ -108,9 +121,9 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
             bytes = checked;
             where = c.path() + " blob '" + name + "'";
           } else {
-            std::string file = dir + "/" + s->relative_path;
+            std::string file = InFolder(dir, s->relative_path);
             auto& f = distcp[file];
-            if (!f) f = std::make_shared<const MappedFile>(file);
+            if (!f) f = OpenMappedFile(file, "a DCP .distcp shard");
             if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
               throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
             checked = f->CopyView({f->data() + s->file_offset, s->length});
@@ -142,7 +155,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
           if (!why.empty()) why = c.path() + ": tensor '" + loc.tensor + "': " + why;
         } else {
           auto& f = distcp[loc.file];
-          if (!f) f = std::make_shared<const MappedFile>(loc.file);
+          if (!f) f = OpenMappedFile(loc.file, "a DCP .distcp shard");
           dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
           why = dcp::PieceMismatch(item, *s, t.view.dtype, t.view.shape);
           if (!why.empty()) why = loc.file + ": " + why;
@@ -217,48 +230,77 @@ VerifiedFile VerifyDcp(const std::string& dir, const VerifyPathOptions& options)
   return r;
 }
 
-bool HasContainerMagic(const std::filesystem::path& path) {
-  struct stat st;
-  FileDescriptor fd;
-  try {
-    fd = OpenRegularFile(path.string(), &st);  // a FIFO or device node in the folder is not opened
-  } catch (const Error&) {
-    return false;
-  }
+bool HasContainerMagic(const std::string& path, uint64_t size) {
   uint8_t head[sizeof format::kSuperblockMagic];
-  return ::read(fd.get(), head, sizeof head) == static_cast<ssize_t>(sizeof head) &&
-         std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
+  if (size < sizeof head) return false;
+  if (IsRemote(path)) {
+    try {
+      OpenFile(path)->ReadAt(0, sizeof head, head);
+    } catch (const Error&) {
+      return true;  // one that cannot be read is reported by its verify, not passed over
+    }
+  } else {
+    struct stat st;
+    FileDescriptor fd;
+    try {
+      fd = OpenRegularFile(path, &st);  // a FIFO or device node in the folder is not opened
+    } catch (const Error&) {
+      return false;
+    }
+    if (::read(fd.get(), head, sizeof head) != static_cast<ssize_t>(sizeof head)) return false;
+  }
+  return std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
 }
 
-// What a path stands for: itself, or for a folder every container below it, sorted, a DCP folder
-// (the path itself or one below it) standing for its own files as one entry. A folder that
-// cannot be walked, or holds nothing to check, sets `error`.
+// What a path stands for: itself, or for a folder (local, or an object folder s3://B/PREFIX/)
+// every container below it, sorted, a DCP folder (the path itself or one below it) standing for
+// its own files as one entry. A folder that cannot be walked, or holds nothing to check, sets
+// `error`.
 struct Target {
   std::vector<std::pair<std::string, bool>> files;  // (path, is a DCP folder)
   std::string error;
 };
 
-Target Expand(const std::string& path) {
-  namespace fs = std::filesystem;
+Target Expand(const std::string& given) {
   Target t;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec) || checkpoint::IsDcpFolder(path)) {
-    t.files.emplace_back(path, checkpoint::IsDcpFolder(path));
+  const std::string path = IsRemote(given) ? WithoutTrailingSlash(given) : given;
+  const bool folder = IsRemote(path) ? IsObjectFolder(given) : IsFolder(path);
+  const bool dcp_folder = folder && IsDcpFolder(path);
+  if (!folder || dcp_folder) {
+    t.files.emplace_back(path, dcp_folder);
     return t;
   }
-  fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.find(".zckpt-tmp-") != std::string::npos) continue;  // a writer's temporary, live or stale
-    if (it->is_directory(ec) && !it->is_symlink(ec) && checkpoint::IsDcpFolder(it->path().string())) {
-      t.files.emplace_back(it->path().string(), true);
-      it.disable_recursion_pending();
-    } else if (it->is_regular_file(ec) && HasContainerMagic(it->path())) {
-      t.files.emplace_back(it->path().string(), false);
-    }
+  std::vector<FolderFile> files;
+  try {
+    files = FolderFiles(path, /*recursive=*/true);
+  } catch (const Error& e) {
+    t.error = e.what();
+    return t;
   }
-  if (ec) t.error = path + ": cannot walk the folder: " + ec.message();
-  else if (t.files.empty()) t.error = path + ": no zckpt container below this folder (nor a DCP checkpoint)";
+  // The folders below that are DCP checkpoints, from the listing: each one entry, its files not
+  // looked at one by one.
+  std::map<std::string, std::vector<std::string>> own;  // folder ("" the top) -> its files' names
+  for (const FolderFile& f : files) {
+    size_t slash = f.name.rfind('/');
+    own[slash == std::string::npos ? "" : f.name.substr(0, slash)].push_back(
+        slash == std::string::npos ? f.name : f.name.substr(slash + 1));
+  }
+  std::set<std::string> dcp;
+  for (const auto& [dir, names] : own)
+    if (!dir.empty() && DcpLayoutOf(names) != DcpLayout::kNone) dcp.insert(dir);
+  auto below_dcp = [&](const std::string& name) {
+    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+      if (dcp.count(name.substr(0, slash))) return true;
+    return false;
+  };
+  std::set<std::string> outer;  // DCP folders not inside another one
+  for (const std::string& dir : dcp)
+    if (!below_dcp(dir)) outer.insert(dir);
+  for (const std::string& dir : outer) t.files.emplace_back(InFolder(path, dir), true);
+  for (const FolderFile& f : files)
+    if (!below_dcp(f.name) && HasContainerMagic(InFolder(path, f.name), f.size))
+      t.files.emplace_back(InFolder(path, f.name), false);
+  if (t.files.empty()) t.error = path + ": no zckpt container below this folder (nor a DCP checkpoint)";
   std::sort(t.files.begin(), t.files.end());
   return t;
 }

@@ -269,18 +269,4 @@ void AtomicFile::Abort() {
   fd_ = -1;
 }
 
-void CopyFileAtomically(const std::string& from, const std::string& to) {
-  MappedFile in(from);  // only its descriptor is read (ReadAt), the mapping stays untouched
-  AtomicFile out(to);
-  std::vector<uint8_t> piece;
-  constexpr uint64_t kPiece = 4ull << 20;
-  for (uint64_t off = 0; off < in.size(); off += kPiece) {
-    uint64_t n = std::min<uint64_t>(kPiece, in.size() - off);
-    piece.resize(n);
-    in.ReadAt(off, n, piece.data());
-    out.Write(piece.data(), n);
-  }
-  out.Commit();
-}
-
 }  // namespace zckpt

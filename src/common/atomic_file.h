@@ -88,11 +88,6 @@ class AtomicFile {
   std::string buffer_;
 };
 
-// Copies the regular file `from` (OpenRegularFile: a FIFO or device is refused, never read) to
-// `to` through an AtomicFile, in pieces read with pread: a source that shrinks meanwhile is
-// Error(kIo) naming it, and nothing appears at `to`.
-void CopyFileAtomically(const std::string& from, const std::string& to);
-
 // Receives each commit's race note (see above); nullptr restores the default (stderr). Process-wide.
 void SetCommitNoteHandler(void (*handler)(const std::string& note));
 

@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "checkpoint/dcp_layout.h"
+#include "checkpoint/folder.h"
 #include "checkpoint/source_kind.h"
 #include "checkpoint/storage_stream.h"
 #include "zckpt/container.h"
@@ -125,16 +126,12 @@ class DistcpConverter {
   std::vector<uint8_t> piece_;      // a storage's bytes on their way to the writer
 };
 
-// Regular files directly in `dir`, by name.
-std::vector<std::string> FolderFiles(const std::string& dir) {
+// The files directly in `dir` (a local folder or an object folder), by name; writers' temporaries left out.
+std::vector<std::string> FileNames(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file()) out.push_back(entry.path().filename().string());
-  std::sort(out.begin(), out.end());
+  for (checkpoint::FolderFile& f : checkpoint::FolderFiles(dir, /*recursive=*/false)) out.push_back(std::move(f.name));
   return out;
 }
-
-bool IsTemporary(const std::string& name) { return name.find(".zckpt-tmp-") != std::string::npos; }
 
 // A byte offset written in decimal in a storage key or blob name of a converted container.
 uint64_t OffsetIn(const Container& c, std::string_view text) {
@@ -162,8 +159,8 @@ ConvertPlan PlanConvert(const std::string& source, const pickle::DcpMetadata& md
       throw Error(ErrorKind::kInvalidArgument, source + ": already zckpt's DCP layout (written by ZckptStorageWriter)");
     plan.by_file[s.relative_path].push_back(&s);
   }
-  for (const std::string& name : FolderFiles(source))
-    if (!plan.by_file.count(name) && !IsTemporary(name)) plan.copied.push_back(name);
+  for (const std::string& name : FileNames(source))
+    if (!plan.by_file.count(name)) plan.copied.push_back(name);
   return plan;
 }
 
@@ -185,13 +182,12 @@ ExportPlan PlanExport(const std::string& source, const std::vector<std::string>*
   (void)dcp::ReadFolderMetadata(source);  // a folder whose metadata zckpt cannot read is not exported
   ExportPlan plan;
   std::set<std::string> outputs;
-  for (const std::string& name : FolderFiles(source)) {
-    if (IsTemporary(name)) continue;
+  for (const std::string& name : FileNames(source)) {
     if (!dcp::EndsWith(name, dcp::kContainerSuffix)) {
       plan.copied.push_back(name);
       continue;
     }
-    auto c = Container::Open(source + "/" + name);
+    auto c = Container::Open(checkpoint::InFolder(source, name));
     auto original = c->FindMetadata(dcp::kKeySourceName);
     if (!original)
       throw Error(ErrorKind::kInvalidArgument,
@@ -216,6 +212,7 @@ ExportPlan PlanExport(const std::string& source, const std::vector<std::string>*
 }
 
 void CreateFolder(const std::string& dir) {
+  if (checkpoint::IsRemote(dir)) return;  // an object folder is only its keys' common prefix
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::kIo, dir + ": cannot create the folder: " + ec.message());
@@ -229,8 +226,8 @@ std::vector<std::string> DcpConvertOutputs(const std::string& source, const std:
   pickle::DcpMetadata md = dcp::ReadFolderMetadata(source);
   ConvertPlan plan = PlanConvert(source, md);
   std::vector<std::string> out;
-  for (const auto& [name, entries] : plan.by_file) out.push_back(destination + "/" + ContainerName(name));
-  for (const std::string& name : plan.copied) out.push_back(destination + "/" + name);
+  for (const auto& [name, entries] : plan.by_file) out.push_back(checkpoint::InFolder(destination, ContainerName(name)));
+  for (const std::string& name : plan.copied) out.push_back(checkpoint::InFolder(destination, name));
   return out;
 }
 
@@ -249,9 +246,9 @@ DcpConvertStats ConvertDcpFolder(const std::string& source, const std::string& d
   CreateFolder(destination);
   converter.SetTotal(total);
   for (const auto& [name, entries] : plan.by_file)
-    converter.Run(source + "/" + name, name, entries, destination + "/" + ContainerName(name));
+    converter.Run(source + "/" + name, name, entries, checkpoint::InFolder(destination, ContainerName(name)));
   for (const std::string& name : plan.copied) {
-    CopyFileAtomically(source + "/" + name, destination + "/" + name);
+    checkpoint::CopyFileTo(checkpoint::InFolder(source, name), checkpoint::InFolder(destination, name));
     stats.copied++;
   }
   return stats;
@@ -260,8 +257,8 @@ DcpConvertStats ConvertDcpFolder(const std::string& source, const std::string& d
 std::vector<std::string> DcpExportOutputs(const std::string& source, const std::string& destination) {
   ExportPlan plan = PlanExport(source, nullptr);
   std::vector<std::string> out;
-  for (const auto& c : plan.containers) out.push_back(destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName)));
-  for (const std::string& name : plan.copied) out.push_back(destination + "/" + name);
+  for (const auto& c : plan.containers) out.push_back(checkpoint::InFolder(destination, std::string(*c->FindMetadata(dcp::kKeySourceName))));
+  for (const std::string& name : plan.copied) out.push_back(checkpoint::InFolder(destination, name));
   return out;
 }
 
@@ -286,7 +283,7 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
           parts.push_back(Part{OffsetIn(*c, std::string_view(name).substr(prefix.size())), name, std::nullopt});
     }
     std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.offset < b.offset; });
-    const std::string out = destination + "/" + std::string(*c->FindMetadata(dcp::kKeySourceName));
+    const std::string out = checkpoint::InFolder(destination, std::string(*c->FindMetadata(dcp::kKeySourceName)));
     AtomicFile f(out);
     auto blob = [&](const std::string& name) { return checkpoint::CheckedBlob(*c, name, "the converted .distcp layout"); };
     for (const Part& p : parts) {
@@ -311,7 +308,7 @@ void ExportDcpFolder(const std::string& source, const std::string& destination,
                                            ", the original file had " + (size ? std::string(*size) : "no recorded size"));
     f.Commit();
   }
-  for (const std::string& name : plan.copied) CopyFileAtomically(source + "/" + name, destination + "/" + name);
+  for (const std::string& name : plan.copied) checkpoint::CopyFileTo(checkpoint::InFolder(source, name), checkpoint::InFolder(destination, name));
 }
 
 }  // namespace zckpt

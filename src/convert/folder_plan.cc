@@ -7,6 +7,7 @@
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "convert/hf_index.h"
+#include "checkpoint/folder.h"
 #include "checkpoint/source_kind.h"
 #include "zckpt/convert.h"
 #include "zckpt/error.h"
@@ -81,9 +82,7 @@ void RewriteIndex(const FolderJob& job, const FolderPlan& plan) {
   for (const FolderJob& j : plan.jobs)
     if (j.action == FolderJob::Action::kConvert) converted.insert(Normal(j.source));
   const fs::path dir = fs::path(job.source).parent_path();
-  MappedFile in(job.source);
-  std::string text(in.size(), '\0');  // read once, privately
-  in.ReadAt(0, text.size(), text.data());
+  std::string text = checkpoint::ReadWholeFile(job.source);  // read once, privately
   std::string rewritten = convert::RewriteShardIndex(
       text,
       [&](const std::string& shard) -> std::optional<std::string> {
@@ -91,11 +90,9 @@ void RewriteIndex(const FolderJob& job, const FolderPlan& plan) {
         return DefaultDestination(shard);
       },
       job.source);
-  AtomicFile out(job.destination);
-  out.Write(rewritten.data(), rewritten.size());
-  out.Commit();
+  checkpoint::WriteWholeFile(job.destination, rewritten);
 }
 
-void CopyFile(const std::string& source, const std::string& destination) { CopyFileAtomically(source, destination); }
+void CopyFile(const std::string& source, const std::string& destination) { checkpoint::CopyFileTo(source, destination); }
 
 }  // namespace zckpt

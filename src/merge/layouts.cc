@@ -12,13 +12,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "common/mapped_file.h"
 #include "checkpoint/dcp_layout.h"
+#include "checkpoint/folder.h"
 #include "checkpoint/object_pickle.h"
 #include "checkpoint/source_kind.h"
 #include "merge/assemble.h"
@@ -33,7 +33,6 @@
 
 namespace zckpt::merge {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
@@ -294,8 +293,8 @@ Checkpoint DiscoverVerl(const std::string& dir, const MergeOptions& options) {
   } else {
     AddPlacedPieces(fam, options, ck, index);
   }
-  std::string hf = dir + "/huggingface";
-  if (fs::is_directory(hf)) ck.huggingface_dir = hf;
+  std::string hf = checkpoint::InFolder(dir, "huggingface");
+  if (checkpoint::IsFolder(hf)) ck.huggingface_dir = hf;
   return ck;
 }
 
@@ -332,7 +331,7 @@ Checkpoint DiscoverDcp(const std::string& dir, const MergeOptions& options) {
         any_distcp = true;
         auto& f = mapped[loc.file];
         if (!f) {
-          f = std::make_shared<const MappedFile>(loc.file);
+          f = checkpoint::OpenMappedFile(loc.file, "a DCP .distcp shard");
           ck.files.push_back(f);
         }
         dcp::DistcpTensor d = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
@@ -355,8 +354,8 @@ Checkpoint DiscoverDcp(const std::string& dir, const MergeOptions& options) {
     ck.tensors.push_back(std::move(t));
   }
   ck.layout = any_distcp ? "DCP (FileSystemWriter)" : "DCP (zckpt)";
-  std::string hf = dir + "/huggingface";
-  if (fs::is_directory(hf)) ck.huggingface_dir = hf;
+  std::string hf = checkpoint::InFolder(dir, "huggingface");
+  if (checkpoint::IsFolder(hf)) ck.huggingface_dir = hf;
   return ck;
 }
 
@@ -373,11 +372,15 @@ std::vector<int64_t> ShardedGlobalShape(const Record& r) {
 }
 
 bool HasVerlFamily(const std::string& dir, const std::string& family) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
+  std::vector<checkpoint::FolderFile> files;
+  try {
+    files = checkpoint::FolderFiles(dir, /*recursive=*/false);
+  } catch (const Error&) {
+    return false;
+  }
+  for (const checkpoint::FolderFile& f : files) {
     std::smatch m;
-    if (std::regex_match(name, m, RankFilePattern()) && m[1] == family) return true;
+    if (std::regex_match(f.name, m, RankFilePattern()) && m[1] == family) return true;
   }
   return false;
 }
@@ -387,9 +390,8 @@ VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, con
   // rank -> file (a .zckpt preferred to a .pt of the same rank)
   std::map<int64_t, std::string> files;
   int64_t world = -1;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    std::string name = entry.path().filename().string();
+  for (const checkpoint::FolderFile& f : checkpoint::FolderFiles(dir, /*recursive=*/false)) {
+    const std::string& name = f.name;
     std::smatch m;
     if (!std::regex_match(name, m, RankFilePattern()) || m[1] != family) continue;
     if (m[2].length() > 9 || m[3].length() > 9) continue;
@@ -400,7 +402,7 @@ VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, con
     world = w;
     if (r >= w) throw Error(ErrorKind::kInvalidArgument, dir + ": " + name + " names a rank past its world size");
     auto& slot = files[r];
-    if (slot.empty() || dcp::EndsWith(name, ".zckpt")) slot = entry.path().string();
+    if (slot.empty() || dcp::EndsWith(name, ".zckpt")) slot = checkpoint::InFolder(dir, name);
   }
   if (world < 0)
     throw Error(ErrorKind::kInvalidArgument, dir + ": neither a DCP folder (.metadata) nor verl's per-rank files (" +
@@ -424,7 +426,7 @@ VerlFamily ReadVerlFamily(const std::string& dir, const std::string& family, con
       records = ContainerRecords(*ck.containers.back());
       saved_as = std::string(ck.containers.back()->FindMetadata("zckpt.source.prefix").value_or(""));
     } else {
-      auto file = std::make_shared<const MappedFile>(path);
+      auto file = checkpoint::OpenMappedFile(path, "a torch.save (.pt) rank file");
       ck.files.push_back(file);
       records = ArchiveRecords(file, &saved_as, PickleRead(options));
     }
@@ -441,8 +443,12 @@ void CheckDcpTilingOf(const std::string& dir) {
   for (FullTensor& t : ck.tensors) Tile(t);
 }
 
-Checkpoint Discover(const std::string& dir, const MergeOptions& options) {
-  if (!fs::is_directory(dir)) throw Error(ErrorKind::kInvalidArgument, dir + ": not a folder");
+Checkpoint Discover(const std::string& given, const MergeOptions& options) {
+  const std::string dir = checkpoint::IsRemote(given) ? checkpoint::WithoutTrailingSlash(given) : given;
+  if (!checkpoint::IsFolder(given))
+    throw Error(ErrorKind::kInvalidArgument,
+                dir + (checkpoint::IsRemote(dir) ? ": no objects under this prefix (check the bucket and the key prefix)"
+                                                 : ": not a folder"));
   Checkpoint ck = checkpoint::IsDcpFolder(dir) ? DiscoverDcp(dir, options) : DiscoverVerl(dir, options);
   if (ck.tensors.empty())
     throw Error(ErrorKind::kInvalidArgument, dir + ": no tensors to merge" +

@@ -14,6 +14,7 @@
 #include "common/mapped_file.h"
 #include "common/shape.h"
 #include "checkpoint/dcp_layout.h"
+#include "checkpoint/folder.h"
 #include "merge/assemble.h"
 #include "merge/layouts.h"
 #include "pickle/json_writer.h"
@@ -95,9 +96,8 @@ std::string ShardName(size_t k, size_t n) {
 std::vector<std::string> HuggingFaceFiles(const std::string& from) {
   std::vector<std::string> names;
   if (from.empty()) return names;
-  for (const auto& entry : fs::directory_iterator(from)) {
-    if (!entry.is_regular_file()) continue;
-    std::string name = entry.path().filename().string();
+  for (checkpoint::FolderFile& f : checkpoint::FolderFiles(from, /*recursive=*/false)) {
+    std::string name = std::move(f.name);
     // Weights (a converted folder's .zckpt too: a second full copy) and their indexes.
     if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || dcp::EndsWith(name, ".zckpt") ||
         dcp::EndsWith(name, ".index.json") || name.find(".zckpt-tmp-") != std::string::npos)
@@ -110,8 +110,8 @@ std::vector<std::string> HuggingFaceFiles(const std::string& from) {
 
 void CopyFolderFiles(const std::string& from, const std::string& to, MergeStats& stats) {
   for (const std::string& name : HuggingFaceFiles(from)) {
-    CopyFileAtomically(from + "/" + name, to + "/" + name);
-    stats.written.push_back(to + "/" + name);
+    checkpoint::CopyFileTo(checkpoint::InFolder(from, name), checkpoint::InFolder(to, name));
+    stats.written.push_back(checkpoint::InFolder(to, name));
   }
 }
 
@@ -140,17 +140,19 @@ std::vector<std::string> PlannedOutputs(const merge::Checkpoint& ck, const std::
                                         const std::vector<std::vector<size_t>>& shards) {
   if (container) return {out};
   std::vector<std::string> files;
-  for (size_t k = 0; k < shards.size(); ++k) files.push_back(out + "/" + ShardName(k, shards.size()));
-  if (shards.size() > 1) files.push_back(out + "/model.safetensors.index.json");
-  for (const std::string& name : HuggingFaceFiles(ck.huggingface_dir)) files.push_back(out + "/" + name);
+  for (size_t k = 0; k < shards.size(); ++k) files.push_back(checkpoint::InFolder(out, ShardName(k, shards.size())));
+  if (shards.size() > 1) files.push_back(checkpoint::InFolder(out, "model.safetensors.index.json"));
+  for (const std::string& name : HuggingFaceFiles(ck.huggingface_dir)) files.push_back(checkpoint::InFolder(out, name));
   return files;
 }
 
 void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std::vector<std::vector<size_t>>& shards,
                         const MergeOptions& options, MergeStats& stats) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw Error(ErrorKind::kIo, out + ": cannot create the folder: " + ec.message());
+  if (!checkpoint::IsRemote(out)) {  // an object folder is only its keys' common prefix
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) throw Error(ErrorKind::kIo, out + ": cannot create the folder: " + ec.message());
+  }
   merge::Assembler assembler;
   Buffer buffer;
   uint64_t done = 0;
@@ -171,7 +173,7 @@ void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std
     std::string h = safetensors::FormatHeader(entries, /*has_metadata=*/true, {{"format", "pt"}});
     uint8_t len[8];
     for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
-    AtomicFile f(out + "/" + name);
+    checkpoint::OutputFile f(checkpoint::InFolder(out, name));
     f.Write(len, sizeof len);
     f.Write(h.data(), h.size());
     for (size_t i : shards[k]) {
@@ -184,7 +186,7 @@ void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std
       if (options.progress) options.progress(done, stats.bytes);
     }
     f.Commit();
-    stats.written.push_back(out + "/" + name);
+    stats.written.push_back(checkpoint::InFolder(out, name));
   }
   if (shards.size() > 1) {
     pickle::JsonObject metadata;
@@ -193,14 +195,12 @@ void MergeToHuggingFace(merge::Checkpoint& ck, const std::string& out, const std
     index.Raw("metadata", metadata.str());
     index.Raw("weight_map", weight_map.str());
     std::string text = index.str() + "\n";
-    AtomicFile f(out + "/model.safetensors.index.json");
-    f.Write(text.data(), text.size());
-    f.Commit();
-    stats.written.push_back(out + "/model.safetensors.index.json");
+    checkpoint::WriteWholeFile(checkpoint::InFolder(out, "model.safetensors.index.json"), text);
+    stats.written.push_back(checkpoint::InFolder(out, "model.safetensors.index.json"));
   }
   if (!ck.huggingface_dir.empty()) CopyFolderFiles(ck.huggingface_dir, out, stats);
-  stats.config_copied = fs::exists(out + "/config.json") && !ck.huggingface_dir.empty() &&
-                        fs::exists(ck.huggingface_dir + "/config.json");
+  stats.config_copied = !ck.huggingface_dir.empty() && checkpoint::FileExists(checkpoint::InFolder(ck.huggingface_dir, "config.json")) &&
+                        checkpoint::FileExists(checkpoint::InFolder(out, "config.json"));
 }
 
 }  // namespace
@@ -210,7 +210,7 @@ void CheckDcpTiling(const std::string& dir) { merge::CheckDcpTilingOf(dir); }
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options) {
   merge::Checkpoint ck = merge::Discover(dir, options);
   if (!options.huggingface_dir.empty()) {
-    if (!fs::is_directory(options.huggingface_dir))
+    if (!checkpoint::IsFolder(options.huggingface_dir))
       throw Error(ErrorKind::kInvalidArgument, options.huggingface_dir + ": not a folder (the Hugging Face config to copy)");
     ck.huggingface_dir = options.huggingface_dir;
   }
@@ -229,7 +229,7 @@ MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const
     std::vector<std::string> existing;
     for (const std::string& f : PlannedOutputs(ck, out, container, shards)) {
       struct stat st;
-      if (::lstat(f.c_str(), &st) == 0) existing.push_back(f);
+      if (checkpoint::IsRemote(f) ? checkpoint::FileExists(f) : ::lstat(f.c_str(), &st) == 0) existing.push_back(f);
     }
     if (!existing.empty()) {
       std::string msg = std::to_string(existing.size()) + (existing.size() == 1 ? " output exists" : " outputs exist") +

@@ -17,6 +17,7 @@
 #include "common/mapped_file.h"
 #include "common/shape.h"
 #include "checkpoint/dcp_layout.h"
+#include "checkpoint/folder.h"
 #include "checkpoint/storage_stream.h"
 #include "loader/tensors.h"
 #include "pickle/dcp_metadata.h"
@@ -254,7 +255,7 @@ void RegisterSharded(py::module_& m) {
         py::arg("allow_globals") = std::vector<std::string>{});
   m.def("read_regular_file", &ReadRegularFile, py::arg("path"));
   m.def("write_file_atomically", &WriteFileAtomically, py::arg("path"), py::arg("data"));
-  m.def("copy_file_atomically", &CopyFileAtomically, py::arg("src"), py::arg("dst"));
+  m.def("copy_file_atomically", &checkpoint::CopyFileTo, py::arg("src"), py::arg("dst"));
   m.def("fsdp1_layout", &Fsdp1Layout, py::arg("dir"), py::arg("files"));
   m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }

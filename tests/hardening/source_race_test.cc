@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/folder.h"
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "merge/assemble.h"
@@ -260,20 +261,20 @@ TEST(SourceRace, ASliceOfATruncatedMappingIsAnIoErrorNotSigbus) {
   }
 }
 
-TEST(SourceRace, CopyFileAtomicallyReadsOnlyRegularFilesAndWritesOnlyOverThem) {
+TEST(SourceRace, CopyFileToReadsOnlyRegularFilesAndWritesOnlyOverThem) {
   TempDir dir;
   const std::string src = dir.path() + "/config.json", fifo = dir.path() + "/pipe", dst = dir.path() + "/out.json";
   testing::WriteFileBytes(src, {'{', '}'});
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   try {
-    CopyFileAtomically(fifo, dst);  // would block forever on a plain open
+    checkpoint::CopyFileTo(fifo, dst);  // would block forever on a plain open
     FAIL() << "read a FIFO";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a regular file (a FIFO)"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(testing::FileExists(dst));
   try {
-    CopyFileAtomically(src, fifo);
+    checkpoint::CopyFileTo(src, fifo);
     FAIL() << "replaced a FIFO";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
@@ -281,7 +282,7 @@ TEST(SourceRace, CopyFileAtomicallyReadsOnlyRegularFilesAndWritesOnlyOverThem) {
   struct stat st;
   ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
-  CopyFileAtomically(src, dst);
+  checkpoint::CopyFileTo(src, dst);
   EXPECT_EQ(testing::ReadFileBytes(dst), testing::ReadFileBytes(src));
 }
 

@@ -16,6 +16,7 @@
 #include "zckpt/convert.h"
 #include "zckpt/convert_folder.h"
 #include "zckpt/dcp.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt::cli {
 
@@ -48,6 +49,9 @@ constexpr const char* kHelpHead =
     "files: a TorchScript archive, a GGUF file, a numpy .npz/.npy, a .distcp file outside a DCP\n"
     "folder. A folder holding any stops before writing anything (exit 2) unless --copy-unknown\n"
     "copies them unchanged.\n\n"
+    "DST or OUTDIR may be in S3-compatible storage (s3://BUCKET/KEY.zckpt, s3://BUCKET/PREFIX/,\n"
+    "configured as the AWS CLI is): each object is a multipart upload that appears only whole;\n"
+    "an object that exists is a destination that exists (--force replaces it).\n\n"
     "options:\n"
     "  -o, --output PATH      destination file (or folder for a DIR source)\n"
     "  -f, --force            overwrite destinations that exist (default: refuse, exit 2)\n"
@@ -162,7 +166,8 @@ int ConvertFolder(const std::string& src, const std::string& out, const Args& ar
   }
   if (!existing.empty()) return RefuseExisting("convert", existing);
   std::error_code ec;
-  for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
+  if (!IsObjectUrl(out))  // an object folder (s3://BUCKET/PREFIX/) is only its keys' common prefix
+    for (const Job& j : jobs) fs::create_directories(fs::path(j.destination).parent_path(), ec);
   if (n > 1 && progress == ProgressStyle::kBar) progress = ProgressStyle::kNone;  // bars of parallel jobs would interleave
   std::atomic<size_t> next{0};
   std::atomic<int> worst{kExitOk};

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "zckpt/convert.h"
 #include "zckpt/dcp.h"
+#include "zckpt/object_store.h"
 
 namespace zckpt::cli {
 
@@ -31,7 +32,9 @@ constexpr const char* kHelp =
     "FileSystemWriter layout: each .distcp file byte for byte, .metadata and the other files\n"
     "unchanged (a folder written by zckpt.dcp.ZckptStorageWriter has no .distcp bytes to give\n"
     "back: 'zckpt merge' writes its full model). Its non-tensor items, which DCP's planner\n"
-    "unpickles without weights_only, are vetted first as object pickles are.\n\n"
+    "unpickles without weights_only, are vetted first as object pickles are.\n"
+    "SRC may be in S3-compatible storage (s3://BUCKET/KEY.zckpt, or a converted DCP folder\n"
+    "s3://BUCKET/PREFIX/), configured as the AWS CLI is; DST is local.\n\n"
     "options:\n"
     "  -o, --output DST      destination (required)\n"
     "  --format FORMAT       pt or safetensors (default: from DST's extension, else pt)\n"
@@ -64,6 +67,8 @@ int RunExport(const Argv& argv) {
   if (!out) return UsageError("export", "-o DST is required");
   std::string format = args.Get("format").value_or(EndsWith(*out, ".safetensors") ? "safetensors" : "pt");
   if (format != "pt" && format != "safetensors") return UsageError("export", "--format takes pt or safetensors");
+  if (IsObjectUrl(*out))
+    return UsageError("export", *out + ": export writes a local file (or folder); export to a local path, then upload it");
   if (SameFile(args.positional()[0], *out))
     return UsageError("export", "the destination is the source file: " + *out);
   if (IsDcpFolder(args.positional()[0])) {
