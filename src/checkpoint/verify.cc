@@ -78,6 +78,12 @@ struct DcpVerifyReport {
 DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
   DcpVerifyReport report;
   pickle::DcpMetadata md = dcp::ReadFolderMetadata(dir);
+  if (IsRemote(dir)) {  // .distcp shards there cannot be checked (not a damaged folder: exit 2)
+    std::set<std::string> shards;
+    for (const pickle::DcpStorage& s : md.storage)
+      if (s.file_slice && shards.insert(s.relative_path).second && dcp::ConvertedContainer(dir, s).empty())
+        (void)OpenMappedFile(InFolder(dir, s.relative_path), "a DCP .distcp shard");
+  }
   std::map<std::string, std::unique_ptr<Container>> containers;
   std::map<std::string, std::shared_ptr<const MappedFile>> distcp;
   std::set<std::string> unopenable;

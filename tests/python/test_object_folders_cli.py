@@ -311,3 +311,16 @@ def test_export_of_an_object_to_a_local_pt(s3env, moto, prefix, tmp_path):
     r = run_cli("export", url, "-o", f"s3://{BUCKET}/{prefix}/back.pt")
     assert r.returncode == 2 and "local" in r.stderr, r.stderr
     assert not pathlib.Path("s3:").exists()
+
+
+def test_distcp_shards_in_object_storage_are_refused_naming_them(s3env, moto, prefix, tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": {"w": torch.randn(4, 4)}}, checkpoint_id=str(tmp_path / "fs"))
+    url = upload(moto, tmp_path / "fs", prefix)
+    shard = sorted(p.name for p in (tmp_path / "fs").glob("*.distcp"))[0]
+    for args in (("verify", url), ("merge", url, "-o", tmp_path / "hf", "--keys", "model.")):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stdout + r.stderr)
+        assert url + shard in r.stdout + r.stderr and "convert" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "hf").exists()
