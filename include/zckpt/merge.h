@@ -57,7 +57,9 @@ struct MergeStats {
 // not tile, metadata that disagrees with the files, a container whose pickle and index
 // disagree), kUnsafe (a pickle naming a refused global), kUnsupported (Partial or _StridedShard
 // placements, quantized tensors, a DTensor mesh other than ranks 0..W-1 in order, dtypes
-// safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo.
+// safetensors lacks), kInvalidArgument (no checkpoint found, ranks missing), kIo. `dir` and `out`
+// may be object folders (s3://BUCKET/PREFIX/, zckpt/object_store.h): each output object appears
+// whole or not at all; `.pt` and `.distcp` files in object storage are kUnsupported, naming them.
 MergeStats MergeCheckpoint(const std::string& dir, const std::string& out, const MergeOptions& options = {});
 
 // The pieces of every tensor of the DCP folder `dir` (.metadata) checked to tile it, as

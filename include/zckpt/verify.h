@@ -55,7 +55,9 @@ struct VerifyPathOptions {
 
 // Verifies `path` and every container (and DCP folder) below it when it is a folder, sorted by
 // path. A folder that cannot be walked or holds nothing to check gives one entry for `path`
-// itself with status kError. Never throws for what it finds (bad files are entries).
+// itself with status kError. Never throws for what it finds (bad files are entries). `path` may be
+// an object (s3://BUCKET/KEY) or an object folder (s3://BUCKET/PREFIX/: every object under it,
+// as a local folder's files; zckpt/object_store.h).
 std::vector<VerifiedFile> VerifyPath(const std::string& path, const VerifyPathOptions& options = {});
 
 }  // namespace zckpt

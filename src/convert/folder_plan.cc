@@ -4,8 +4,6 @@
 #include <filesystem>
 #include <set>
 
-#include "common/atomic_file.h"
-#include "common/mapped_file.h"
 #include "convert/hf_index.h"
 #include "checkpoint/folder.h"
 #include "checkpoint/source_kind.h"

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "common/atomic_file.h"
 #include "common/mapped_file.h"
 #include "common/shape.h"
 #include "checkpoint/dcp_layout.h"

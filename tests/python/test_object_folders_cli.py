@@ -218,6 +218,8 @@ def test_merge_verl_prefix_equals_the_local_merge(s3env, moto, prefix, tmp_path)
     # Into a container, and into an object folder: the same bytes as the local merge.
     assert run_cli("merge", url.rstrip("/"), "-o", tmp_path / "m.zckpt").returncode == 0
     assert_tensors_equal(zckpt.load(str(tmp_path / "m.zckpt")), state)
+    assert run_cli("merge", url, "-o", f"s3://{BUCKET}/{prefix}/m.zckpt").returncode == 0
+    assert_tensors_equal(zckpt.load(f"s3://{BUCKET}/{prefix}/m.zckpt"), state)
     out = f"s3://{BUCKET}/{prefix}/merged/"
     r = run_cli("merge", url, "-o", out)
     assert r.returncode == 0, r.stdout + r.stderr
