@@ -113,6 +113,7 @@ std::string Advice(const Response& r) {
     return " (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws/credentials)";
   if (r.status == 404) return code == "NoSuchBucket" ? " (no such bucket)" : " (no such bucket or key)";
   if (r.status == 301 || r.status == 400) return " (check AWS_REGION and AWS_ENDPOINT_URL)";
+  if (r.status == 0) return " (check the endpoint: AWS_ENDPOINT_URL or the profile's endpoint_url, and that it is reachable)";
   return "";
 }
 

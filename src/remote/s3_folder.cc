@@ -36,7 +36,7 @@ std::vector<ObjectEntry> List(const std::string& url, const ObjectLocation& loc,
     Response resp = client.PerformRetrying(r, {});
     if (resp.curl_code != CURLE_OK)
       throw Error(ErrorKind::kIo, "cannot list " + url + " after " + std::to_string(client.config().attempts) +
-                                      " attempts: " + resp.Describe());
+                                      " attempts: " + resp.Describe() + Advice(resp));
     if (resp.status / 100 != 2) throw Error(ErrorKind::kIo, "cannot list " + url + ": " + resp.Describe() + Advice(resp));
     const std::string& xml = resp.body;
     for (size_t at = xml.find("<Contents>"); at != std::string::npos; at = xml.find("<Contents>", at + 1)) {

@@ -248,6 +248,18 @@ def test_merge_dcp_prefix_equals_the_local_merge(s3env, moto, prefix, tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     assert_tensors_equal(zckpt.load(str(tmp_path / "remote.zckpt")), state["model"])
     assert_tensors_equal(zckpt.load(str(tmp_path / "remote.zckpt")), zckpt.load(str(tmp_path / "local.zckpt")))
+    # A Hugging Face output with its config from an object folder (its weights not copied).
+    moto.put(BUCKET, f"{prefix}-cfg/config.json", b'{"model_type": "toy"}')
+    moto.put(BUCKET, f"{prefix}-cfg/model.safetensors", b"not copied")
+    r = run_cli("merge", url, "-o", tmp_path / "hf", "--keys", "model.", "--hf-config", f"s3://{BUCKET}/{prefix}-cfg")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(tmp_path / "hf")["config.json"] == b'{"model_type": "toy"}'
+    assert sorted(tree(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    # A bucket that does not exist: exit 2, naming the URL.
+    r = run_cli("merge", f"s3://no-such-bucket-{prefix.lower()[:20]}/x/", "-o", tmp_path / "none")
+    assert r.returncode == 2 and "no-such-bucket" in r.stderr, r.stderr
+    r = run_cli("verify", f"s3://no-such-bucket-{prefix.lower()[:20]}/x/")
+    assert r.returncode == 2 and "no-such-bucket" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 def test_convert_folder_to_a_prefix_equals_the_local_conversion(s3env, moto, prefix, tmp_path):
