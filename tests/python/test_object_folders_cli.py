@@ -325,6 +325,11 @@ def test_export_of_an_object_to_a_local_pt(s3env, moto, prefix, tmp_path):
     r = run_cli("export", url, "-o", f"s3://{BUCKET}/{prefix}/back.pt")
     assert r.returncode == 2 and "local" in r.stderr, r.stderr
     assert not pathlib.Path("s3:").exists()
+    # A folder of containers is not one container (as locally); convert reads local sources only.
+    r = run_cli("export", f"s3://{BUCKET}/{prefix}", "-o", tmp_path / "x.pt")
+    assert r.returncode == 2 and "is a folder" in r.stderr, r.stderr
+    r = run_cli("convert", url, "-o", tmp_path / "again.zckpt")
+    assert r.returncode == 2 and "download it first" in r.stderr, r.stderr
 
 
 def test_distcp_shards_in_object_storage_are_refused_naming_them(s3env, moto, prefix, tmp_path):

@@ -217,6 +217,9 @@ int RunConvert(const Argv& argv) {
   if (!progress) return UsageError("convert", "--progress takes auto, always or never");
   if (args.positional().size() != 1) return UsageError("convert", "expected exactly one SRC (file or folder)");
   const std::string src = args.positional()[0];
+  if (IsObjectUrl(src))
+    return UsageError("convert", src + ": convert reads local sources (a .pt or safetensors parser reads a local "
+                                       "mapping): download it first; the destination (-o) may be s3://BUCKET/...");
   std::error_code ec;
 
   if (!fs::is_directory(src, ec)) {

@@ -78,7 +78,8 @@ int RunExport(const Argv& argv) {
     return ExportDcp(args.positional()[0], *out, args.Has("force"), args.GetAll("allow-global"));
   }
   std::error_code ec;
-  if (std::filesystem::is_directory(args.positional()[0], ec))
+  const std::string& src = args.positional()[0];
+  if (IsObjectUrl(src) ? IsObjectFolder(src) : std::filesystem::is_directory(src, ec))
     return UsageError("export", args.positional()[0] + " is a folder: export takes one container (SRC.zckpt) or a DCP " +
                                     "folder converted by 'zckpt convert'; export each container of it, or 'zckpt merge " +
                                     args.positional()[0] + " -o OUT' writes the full model");
