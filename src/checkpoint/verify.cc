@@ -270,7 +270,12 @@ struct Target {
 Target Expand(const std::string& given) {
   Target t;
   const std::string path = IsRemote(given) ? WithoutTrailingSlash(given) : given;
-  const bool folder = IsRemote(path) ? IsObjectFolder(given) : IsFolder(path);
+  bool folder = false;
+  try {
+    folder = IsRemote(path) ? IsObjectFolder(given) : IsFolder(path);
+  } catch (const Error&) {
+    // Storage that does not answer: checked as one object, whose open says what went wrong.
+  }
   const bool dcp_folder = folder && IsDcpFolder(path);
   if (!folder || dcp_folder) {
     t.files.emplace_back(path, dcp_folder);
