@@ -51,7 +51,8 @@ std::vector<FolderFile> FolderFiles(const std::string& folder, bool recursive) {
     const std::string name = entry.path().filename().string();
     if (name.find(kTempMarker) != std::string::npos) return;  // a writer's temporary, live or stale
     uint64_t size = entry.file_size(fec);
-    out.push_back(FolderFile{fs::relative(entry.path(), folder, fec).generic_string(), fec ? 0 : size});
+    // Lexically: a link to a file elsewhere (a Hugging Face cache snapshot) keeps its own name.
+    out.push_back(FolderFile{entry.path().lexically_relative(folder).generic_string(), fec ? 0 : size});
   };
   if (recursive) {
     fs::recursive_directory_iterator it(folder, fs::directory_options::none, ec), end;

@@ -44,11 +44,16 @@ TEST(Folder, ListsRegularFilesSortedLeavingOutTemporariesAndFifos) {
   WriteFileBytes(dir.File(".b.zckpt.zckpt-tmp-1-0123456789abcdef"), {9});
   ASSERT_EQ(::mkfifo(dir.File("pipe").c_str(), 0600), 0);
   std::filesystem::create_directory_symlink(dir.File("sub"), dir.File("link"));  // not walked
+  TempDir blobs;  // a Hugging Face cache: the snapshot's files are links into blobs/
+  WriteFileBytes(blobs.File("0123abcd"), {5, 6});
+  std::filesystem::create_symlink(blobs.File("0123abcd"), dir.File("sub/linked.safetensors"));
 
   EXPECT_EQ(Names(FolderFiles(dir.path(), false)), (std::vector<std::string>{"a.json", "b.zckpt"}));
   std::vector<FolderFile> all = FolderFiles(dir.path(), true);
-  EXPECT_EQ(Names(all), (std::vector<std::string>{"a.json", "b.zckpt", "sub/c.zckpt", "sub/deeper/d"}));
+  EXPECT_EQ(Names(all), (std::vector<std::string>{"a.json", "b.zckpt", "sub/c.zckpt", "sub/deeper/d", "sub/linked.safetensors"}));
   EXPECT_EQ(all[1].size, 3u);
+  EXPECT_EQ(all[4].size, 2u);
+  EXPECT_EQ(Names(FolderFiles(dir.path() + "/", true)), Names(all));
   EXPECT_TRUE(IsFolder(dir.path()));
   EXPECT_FALSE(IsFolder(dir.File("a.json")));
   EXPECT_TRUE(FileExists(dir.File("a.json")));
