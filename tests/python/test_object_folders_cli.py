@@ -273,11 +273,8 @@ def test_convert_folder_to_a_prefix_equals_the_local_conversion(s3env, moto, pre
     assert "model.zckpt.index.json" in names and "config.json" in names
     assert not pathlib.Path("s3:").exists() and not (tmp_path / "s3:").exists()  # no local folder named like the URL
     local, remote = tree(tmp_path / "local"), tree(tmp_path / "remote")
-    for name in names:
-        if name.endswith(".zckpt"):  # same tensors (a container records when it was written)
-            assert_tensors_equal(zckpt.load(str(tmp_path / "remote" / name)), zckpt.load(str(tmp_path / "local" / name)))
-        else:
-            assert remote[name] == local[name], name
+    for name in names:  # byte for byte: containers, the rewritten index, the copied files
+        assert remote[name] == local[name], name
     got = {}
     for name in names:
         if name.endswith(".zckpt"):
