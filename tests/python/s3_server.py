@@ -23,6 +23,40 @@ def free_port():
         return s.getsockname()[1]
 
 
+def point_zckpt_at(monkeypatch, url, **settings):
+    """Points zckpt (this process, and the processes it starts) at the S3 server at `url`: fixed
+    test keys, short retries and timeouts, none of the caller's own AWS settings; `settings`
+    override or add variables. Returns what was set."""
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_REGION": "us-east-1", "ZCKPT_S3_BACKOFF": "0.01", "ZCKPT_S3_ATTEMPTS": "4", "ZCKPT_S3_TIMEOUT": "2"}
+    env.update(settings)
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "ZCKPT_S3_LIST_KEYS"):
+        if k not in env:
+            monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def serve_moto(bucket, check_signatures=False):
+    """A module fixture's body: a MotoServer with `bucket` made, closed afterwards; the test
+    is skipped (saying why) where moto cannot be installed. `yield from serve_moto(...)`."""
+    import pytest
+    python, why = moto_python()
+    if python is None:
+        pytest.skip(why)
+    server = MotoServer(python, check_signatures=check_signatures)
+    server.python = python
+    try:
+        if check_signatures:
+            server.make_signed_bucket(python, bucket)
+        else:
+            server.make_bucket(bucket)
+        yield server
+    finally:
+        server.close()
+
+
 def moto_python():
     """The python of the moto venv, made if missing; (None, why) when it cannot be."""
     try:

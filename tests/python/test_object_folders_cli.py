@@ -20,34 +20,15 @@ BUCKET = "folders"
 
 @pytest.fixture(scope="module")
 def moto():
-    python, why = s3_server.moto_python()
-    if python is None:
-        pytest.skip(why)
-    server = s3_server.MotoServer(python)
-    server.make_bucket(BUCKET)
-    yield server
-    server.close()
+    yield from s3_server.serve_moto(BUCKET)
 
 
 @pytest.fixture
 def s3env(moto, monkeypatch):
     """zckpt pointed at moto (path-style, fixed test keys), short retries; pages of 2 keys, so a
     listing takes several ListObjectsV2 pages."""
-    env = {
-        "AWS_ENDPOINT_URL": moto.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "ZCKPT_S3_BACKOFF": "0.01",
-        "ZCKPT_S3_ATTEMPTS": "2",
-        "ZCKPT_S3_TIMEOUT": "5",
-        "ZCKPT_S3_LIST_KEYS": "2",
-    }
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return env
+    return s3_server.point_zckpt_at(monkeypatch, moto.url, ZCKPT_S3_ATTEMPTS="2", ZCKPT_S3_TIMEOUT="5",
+                                    ZCKPT_S3_LIST_KEYS="2")
 
 
 @pytest.fixture

@@ -21,13 +21,7 @@ CHUNK = 64 << 10  # small chunks: a load is many ranged GETs
 
 @pytest.fixture(scope="module")
 def moto():
-    python, why = s3_server.moto_python()
-    if python is None:
-        pytest.skip(why)
-    server = s3_server.MotoServer(python)
-    server.make_bucket(BUCKET)
-    yield server
-    server.close()
+    yield from s3_server.serve_moto(BUCKET)
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +35,7 @@ def proxy(moto):
 def s3env(proxy, monkeypatch):
     """zckpt pointed at the proxy (path-style, fixed test keys), short retries and timeouts."""
     proxy.reset()
-    env = {
-        "AWS_ENDPOINT_URL": proxy.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "ZCKPT_S3_BACKOFF": "0.01",
-        "ZCKPT_S3_ATTEMPTS": "4",
-        "ZCKPT_S3_TIMEOUT": "2",
-    }
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return env
+    return s3_server.point_zckpt_at(monkeypatch, proxy.url)
 
 
 def model():

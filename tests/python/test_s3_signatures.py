@@ -25,26 +25,13 @@ FOLDER = f"s3://{BUCKET}/run 1/step=100&final+x"  # a space, '=', '&' and '+' to
 
 @pytest.fixture(scope="module")
 def server():
-    python, why = s3_server.moto_python()
-    if python is None:
-        pytest.skip(why)
-    srv = s3_server.MotoServer(python, check_signatures=True)
-    srv.make_signed_bucket(python, BUCKET)
-    srv.python = python
-    yield srv
-    srv.close()
+    yield from s3_server.serve_moto(BUCKET, check_signatures=True)
 
 
 @pytest.fixture
 def signed_env(server, monkeypatch):
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "ZCKPT_S3_LIST_KEYS"):
-        monkeypatch.delenv(k, raising=False)
-    env = {"AWS_ENDPOINT_URL": server.url, "AWS_ACCESS_KEY_ID": server.access_key,
-           "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_REGION": "us-east-1",
-           "ZCKPT_S3_BACKOFF": "0.01", "ZCKPT_S3_ATTEMPTS": "2"}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return env
+    return s3_server.point_zckpt_at(monkeypatch, server.url, AWS_ACCESS_KEY_ID=server.access_key,
+                                    AWS_SECRET_ACCESS_KEY=server.secret_key, ZCKPT_S3_ATTEMPTS="2")
 
 
 def tensors(seed, mib):
