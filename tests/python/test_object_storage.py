@@ -335,3 +335,14 @@ def test_zstd_chunks_from_s3_with_damage_fetched_again(s3env, proxy, moto, tmp_p
     proxy.reset(lambda method, path, headers, n: ("flip",) if n in (2, 5) else None)
     assert_same(zckpt.load(url), obj)
     assert os.path.getsize(local) < 200000 * 4  # zeros and ids compressed: zstd chunks were read
+
+
+def test_no_server_at_the_endpoint_says_to_check_it(monkeypatch):
+    port = s3_server.free_port()  # nothing listens there
+    s3_server.point_zckpt_at(monkeypatch, f"http://127.0.0.1:{port}", ZCKPT_S3_ATTEMPTS="2")
+    for call in (lambda: zckpt.load(f"s3://{BUCKET}/x.zckpt"), lambda: list(zckpt.iter_tensors(f"s3://{BUCKET}/dir/")),
+                 lambda: zckpt.save({"w": torch.ones(3)}, f"s3://{BUCKET}/y.zckpt")):
+        with pytest.raises(zckpt.ZckptError) as e:
+            call()
+        msg = str(e.value)
+        assert f"s3://{BUCKET}/" in msg and "check the endpoint" in msg and "AWS_ENDPOINT_URL" in msg, msg
