@@ -26,7 +26,6 @@
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
-#include "zckpt/object_store.h"
 
 namespace zckpt {
 
@@ -272,7 +271,7 @@ Target Expand(const std::string& given) {
   const std::string path = IsRemote(given) ? WithoutTrailingSlash(given) : given;
   bool folder = false;
   try {
-    folder = IsRemote(path) ? IsObjectFolder(given) : IsFolder(path);
+    folder = IsFolder(given);  // an object URL ending in '/' is a folder without a lookup
   } catch (const Error&) {
     // Storage that does not answer: checked as one object, whose open says what went wrong.
   }

@@ -99,7 +99,7 @@ std::vector<std::string> HuggingFaceFiles(const std::string& from) {
     std::string name = std::move(f.name);
     // Weights (a converted folder's .zckpt too: a second full copy) and their indexes.
     if (dcp::EndsWith(name, ".safetensors") || dcp::EndsWith(name, ".bin") || dcp::EndsWith(name, ".zckpt") ||
-        dcp::EndsWith(name, ".index.json") || name.find(".zckpt-tmp-") != std::string::npos)
+        dcp::EndsWith(name, ".index.json"))  // (writers' temporaries: FolderFiles leaves them out)
       continue;
     names.push_back(name);
   }
