@@ -68,10 +68,13 @@ struct BlobInfo {
   uint64_t checksum = 0;
 };
 
-// One problem found by Verify().
+// One problem found by a verification: its kind, its place as fields, and a message that says
+// them in words.
 struct VerifyProblem {
-  std::string message;  // names the file, storage key, tensors viewing it, chunk and byte range
-  int64_t chunk = -1;   // chunk index, or -1 when not about a chunk
+  ErrorKind kind = ErrorKind::kCorrupt;  // IsFinding(kind) always
+  std::string message;  // names the file, storage key, tensors viewing it, chunk and byte ranges
+  ErrorPlace place;     // place.chunk: the chunk index, or -1 when not about a chunk
+  static VerifyProblem Of(const Error& e) { return {e.kind(), e.what(), e.place()}; }
 };
 
 struct VerifyOptions {
@@ -149,10 +152,16 @@ class Container {
   // (always checked whole). Error(kIo) when the file shrank. From an object (Open of s3://), a
   // chunk that fails is fetched again (with backoff) a few times before the error.
   void ReadChunk(uint64_t i, void* dst, bool check = true) const;
+  // Chunk i's place: the file, its storage's key, the tensors viewing it, its file and storage
+  // byte ranges.
+  ErrorPlace ChunkPlace(uint64_t i) const;
+  // ChunkPlace(i) in words:
   // "FILE: storage 'KEY' (tensors a.weight, b.bias), chunk I, file bytes [X, Y), storage bytes [P, Q)"
   // I is the index in the chunk table; the list names at most 8 tensors ("..., and N more"),
   // "(no tensors)" when none views the storage.
   std::string DescribeChunk(uint64_t i) const;
+  // Error(kind) about chunk i: "DescribeChunk(i): why", carrying ChunkPlace(i).
+  Error ChunkError(ErrorKind kind, uint64_t i, const std::string& why) const;
 
   // Everything spec §7 "Verification" lists, in parallel; collects every problem (each bad chunk,
   // each bad blob, each gap holding a nonzero byte), sorted by file offset. Every byte is read

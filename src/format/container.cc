@@ -259,23 +259,43 @@ void Container::ReadChunkOnce(uint64_t i, void* dst, bool check) const {
   if (got != c.raw_checksum) fail(format::internal::ChecksumMismatch("raw", c.raw_checksum, got));
 }
 
-std::string Container::DescribeChunk(uint64_t i) const {
-  constexpr size_t kMaxNames = 8;
+ErrorPlace Container::ChunkPlace(uint64_t i) const {
   format::ChunkRecord c = chunk(i);
   format::StorageRecord s = format::DecodeStorageRecord(Record(storages_, c.storage));
-  std::string out = path() + ": storage '" + std::string(String(s.key)) + "' (";
-  std::vector<uint32_t> tensors = TensorsOfStorage(c.storage);
-  if (tensors.empty()) out += "no tensors";
-  for (size_t k = 0; k < tensors.size() && k < kMaxNames; ++k) {
-    out += k == 0 ? "tensors " : ", ";
-    out += String(format::DecodeTensorRecord(Record(tensors_, tensors[k])).name);
-  }
-  if (tensors.size() > kMaxNames) out += ", and " + std::to_string(tensors.size() - kMaxNames) + " more";
+  ErrorPlace place;
+  place.file = path();
+  place.storage = String(s.key);
+  for (uint32_t t : TensorsOfStorage(c.storage))
+    place.tensors.emplace_back(String(format::DecodeTensorRecord(Record(tensors_, t)).name));
+  place.chunk = static_cast<int64_t>(i);
+  place.file_bytes = ByteRange{c.offset, c.offset + c.stored_bytes};
   uint64_t begin = (i - s.first_chunk) * superblock_.chunk_bytes;
-  out += "), chunk " + std::to_string(i) + ", file bytes [" + std::to_string(c.offset) + ", " +
-         std::to_string(c.offset + c.stored_bytes) + "), storage bytes [" + std::to_string(begin) + ", " +
-         std::to_string(begin + c.raw_bytes) + ")";
+  place.storage_bytes = ByteRange{begin, begin + c.raw_bytes};
+  return place;
+}
+
+namespace {
+
+std::string Describe(const ErrorPlace& p) {
+  constexpr size_t kMaxNames = 8;
+  std::string out = p.file + ": storage '" + p.storage + "' (";
+  if (p.tensors.empty()) out += "no tensors";
+  for (size_t k = 0; k < p.tensors.size() && k < kMaxNames; ++k) out += (k == 0 ? "tensors " : ", ") + p.tensors[k];
+  if (p.tensors.size() > kMaxNames) out += ", and " + std::to_string(p.tensors.size() - kMaxNames) + " more";
+  out += "), chunk " + std::to_string(p.chunk) + ", file bytes [" + std::to_string(p.file_bytes->begin) + ", " +
+         std::to_string(p.file_bytes->end) + "), storage bytes [" + std::to_string(p.storage_bytes->begin) + ", " +
+         std::to_string(p.storage_bytes->end) + ")";
   return out;
+}
+
+}  // namespace
+
+std::string Container::DescribeChunk(uint64_t i) const { return Describe(ChunkPlace(i)); }
+
+Error Container::ChunkError(ErrorKind kind, uint64_t i, const std::string& why) const {
+  ErrorPlace place = ChunkPlace(i);
+  std::string message = Describe(place) + ": " + why;
+  return Error(kind, message, std::move(place));
 }
 
 }  // namespace zckpt

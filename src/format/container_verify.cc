@@ -175,7 +175,7 @@ void Verifier::CheckChunk(const Region& r, ZstdChunkChecker* zstd, std::vector<F
   std::string why = got != ch.stored_checksum ? ChecksumMismatch("stored", ch.stored_checksum, got)
                     : is_zstd                  ? zstd->Finish(ch.raw_checksum)
                                                : "";
-  if (!why.empty()) out->push_back({ch.offset, {c_.DescribeChunk(i) + ": " + why, r.chunk}});
+  if (!why.empty()) out->push_back({ch.offset, VerifyProblem::Of(c_.ChunkError(ErrorKind::kCorrupt, i, why))});
 }
 
 void Verifier::CheckBlob(const Region& r, std::vector<Found>* out) {
@@ -187,9 +187,13 @@ void Verifier::CheckBlob(const Region& r, std::vector<Found>* out) {
   });
   uint64_t got = hash.Digest();
   if (Cancelled() || got == b.checksum) return;
-  out->push_back({b.offset, {c_.path() + ": blob '" + std::string(b.name) + "', file bytes [" + Num(b.offset) + ", " +
+  ErrorPlace place;
+  place.file = c_.path();
+  place.file_bytes = ByteRange{b.offset, b.offset + b.bytes};
+  out->push_back({b.offset, {ErrorKind::kCorrupt,
+                             c_.path() + ": blob '" + std::string(b.name) + "', file bytes [" + Num(b.offset) + ", " +
                                  Num(b.offset + b.bytes) + "): " + ChecksumMismatch("blob", b.checksum, got),
-                             -1}});
+                             std::move(place)}});
 }
 
 void Verifier::CheckGap(uint64_t gap_begin, uint64_t gap_end, uint64_t from, uint64_t to, std::vector<Found>* out) {
@@ -203,9 +207,13 @@ void Verifier::CheckGap(uint64_t gap_begin, uint64_t gap_end, uint64_t from, uin
     return false;
   });
   if (bad == UINT64_MAX) return;
-  out->push_back({gap_begin, {c_.path() + ": padding bytes [" + Num(gap_begin) + ", " + Num(gap_end) +
+  ErrorPlace place;
+  place.file = c_.path();
+  place.file_bytes = ByteRange{gap_begin, gap_end};
+  out->push_back({gap_begin, {ErrorKind::kCorrupt,
+                              c_.path() + ": padding bytes [" + Num(gap_begin) + ", " + Num(gap_end) +
                                   ") are not zero (first nonzero byte at file offset " + Num(bad) + ")",
-                              -1}});
+                              std::move(place)}});
 }
 
 void Verifier::Worker(uint64_t begin, uint64_t end, std::vector<Found>* out) {
@@ -280,7 +288,7 @@ VerifyReport Verifier::Run() {
   std::stable_sort(all.begin(), all.end(), [](const Found& a, const Found& b) { return a.offset < b.offset; });
   VerifyReport report;
   for (size_t k = 0; k < all.size(); ++k)
-    if (k == 0 || all[k].offset != all[k - 1].offset || all[k].problem.chunk >= 0)
+    if (k == 0 || all[k].offset != all[k - 1].offset || all[k].problem.place.chunk >= 0)
       report.problems.push_back(std::move(all[k].problem));
   report.bytes_checked = done_.load();
   report.chunks_checked = chunks_checked_.load();

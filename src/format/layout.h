@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "zckpt/error.h"
 #include "zckpt/format.h"
 
 namespace zckpt::format::internal {
@@ -41,9 +42,6 @@ TensorExtent ComputeTensorExtent(uint64_t storage_offset, const int64_t* sizes, 
                                  uint32_t itemsize);
 
 // Reserved (must-be-zero) byte ranges inside each fixed-size structure.
-struct ByteRange {
-  uint32_t begin, end;
-};
 inline constexpr ByteRange kSuperblockReserved = {40, 56};
 inline constexpr ByteRange kFooterReserved = {36, 48};
 inline constexpr ByteRange kIndexHeaderReserved = {8, 16};

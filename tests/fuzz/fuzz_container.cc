@@ -57,7 +57,7 @@ void FuzzContainer(const uint8_t* data, size_t size) {
   const bool good = report.ok();
   for (const VerifyProblem& p : report.problems) {
     ZCKPT_FUZZ_CHECK(!p.message.empty());
-    ZCKPT_FUZZ_CHECK(p.chunk < 0 || static_cast<uint64_t>(p.chunk) < c->chunk_count());
+    ZCKPT_FUZZ_CHECK(p.place.chunk < 0 || static_cast<uint64_t>(p.place.chunk) < c->chunk_count());
   }
 
   // Storages: chunk ranges tile the chunk table, keys are unique, views stay in the input.
