@@ -73,7 +73,7 @@ TEST(Verify, OneCorruptChunkIsNamedExactly) {
     auto problems = Problems(bytes, threads);
     ASSERT_EQ(problems.size(), 1u) << threads;
     const std::string& m = problems[0].message;
-    EXPECT_EQ(problems[0].chunk, 3);
+    EXPECT_EQ(problems[0].place.chunk, 3);
     EXPECT_EQ(m.rfind("m.zckpt: storage 'emb' (tensors emb.weight, tied.weight), chunk 3, file bytes [" +
                           std::to_string(at) + ", " + std::to_string(at + 4096) +
                           "), storage bytes [12288, 16384): stored checksum mismatch",
@@ -101,8 +101,8 @@ TEST(Verify, TwoCorruptChunksAreBothReported) {
   for (unsigned threads : {1u, 3u, 8u}) {
     auto problems = Problems(bytes, threads);
     ASSERT_EQ(problems.size(), 2u) << threads;
-    EXPECT_EQ(problems[0].chunk, 1);
-    EXPECT_EQ(problems[1].chunk, 12);
+    EXPECT_EQ(problems[0].place.chunk, 1);
+    EXPECT_EQ(problems[1].place.chunk, 12);
     EXPECT_NE(problems[1].message.find("storage 'w' (tensors w), chunk 12"), std::string::npos);
     EXPECT_NE(problems[1].message.find("storage bytes [8192, 12288)"), std::string::npos);
   }
@@ -114,7 +114,7 @@ TEST(Verify, EveryChunkCorruptIsEveryChunkReported) {
   for (unsigned threads : {1u, 4u}) {
     auto problems = Problems(bytes, threads);
     ASSERT_EQ(problems.size(), 15u);
-    for (int64_t i = 0; i < 15; ++i) EXPECT_EQ(problems[i].chunk, i);
+    for (int64_t i = 0; i < 15; ++i) EXPECT_EQ(problems[i].place.chunk, i);
   }
 }
 
@@ -129,7 +129,7 @@ TEST(Verify, BadZstdFrameBehindAValidChecksum) {
     auto& bytes = f.Reseal();
     auto problems = Problems(bytes, 2);
     ASSERT_EQ(problems.size(), 1u) << where;
-    EXPECT_EQ(problems[0].chunk, 11);
+    EXPECT_EQ(problems[0].place.chunk, 11);
     auto c = Container::OpenMemory(bytes.data(), bytes.size(), "m");
     std::vector<uint8_t> buf(4096);
     EXPECT_THROW(c->ReadChunk(11, buf.data()), Error);
@@ -166,7 +166,7 @@ TEST(Verify, CorruptBlob) {
   bytes[at + 299] ^= 1;
   auto problems = Problems(bytes, 2);
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_EQ(problems[0].chunk, -1);
+  EXPECT_EQ(problems[0].place.chunk, -1);
   EXPECT_NE(problems[0].message.find("blob 'data.pkl', file bytes [" + std::to_string(at) + ", " +
                                      std::to_string(at + 300) + "): blob checksum mismatch"),
             std::string::npos)
