@@ -132,7 +132,7 @@ std::vector<std::string> ObjectPickleProblems(const Container& c) {
   } catch (const Error& e) {
     // Damaged, malformed or refused is a finding; anything else (an unsupported dtype) means
     // the file cannot be checked, as for the format layer.
-    if (e.kind() != ErrorKind::kCorrupt && e.kind() != ErrorKind::kUnsafe) throw;
+    if (!IsFinding(e.kind())) throw;
     std::string what = e.what();
     if (what.rfind(c.path(), 0) != 0) what = c.path() + ": object pickle: " + what;
     return {what};

@@ -47,11 +47,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The status an Error that stopped a check gives: damaged or refused (corrupt), else not checkable.
-VerifyStatus StatusFor(const Error& e) {
-  return e.kind() == ErrorKind::kCorrupt || e.kind() == ErrorKind::kUnsafe ? VerifyStatus::kCorrupt
-                                                                             : VerifyStatus::kError;
-}
+// The status an Error that stopped a check gives: a finding (corrupt), else not checkable.
+VerifyStatus StatusFor(const Error& e) { return IsFinding(e.kind()) ? VerifyStatus::kCorrupt : VerifyStatus::kError; }
 
 VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
   VerifyOptions opt;

@@ -238,14 +238,15 @@ void Export(const std::string& src, const std::string& dst, const std::string& f
 }
 
 // VerifyPath (zckpt/verify.h): the problems of every file it checked, in order; a file that
-// could not be checked at all (other than by being corrupt) raises its error.
+// could not be checked at all (an error that is not a finding: IsFinding) raises its error, as
+// `zckpt verify` exits 2 for it where it exits 1 for a finding.
 std::vector<std::string> Verify(const std::string& path, unsigned threads) {
   py::gil_scoped_release release;
   VerifyPathOptions options;
   options.threads = threads;
   std::vector<std::string> problems;
   for (VerifiedFile& r : VerifyPath(path, options)) {
-    if (r.error && *r.error != ErrorKind::kCorrupt) throw Error(*r.error, r.problems.back());
+    if (r.error && !IsFinding(*r.error)) throw Error(*r.error, r.problems.back());
     for (std::string& p : r.problems) problems.push_back(std::move(p));
   }
   return problems;

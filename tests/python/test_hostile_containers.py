@@ -348,6 +348,33 @@ def test_export_vets_every_pickle_of_a_legacy_header(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("shape", ["container", "dcp-folder"])
+def test_verify_and_the_cli_agree_on_an_unsafe_pickle(tmp_path, shared, shape):
+    """A refused global is a finding (error.h's IsFinding): `zckpt verify` exits 1 and zckpt.verify
+    returns it in its list, or raises CorruptError listing it, as for a damaged file. A DCP
+    folder's refused `.metadata` used to raise UnsafeError from zckpt.verify, as a file that could
+    not be checked (exit 2) would."""
+    marker = str(tmp_path / "marker")
+    data, _ = calling_pickle("os", "system", "touch " + marker)
+    if shape == "container":
+        _, _, base = shared
+        path = forge(base, tmp_path / "evil.zckpt", "--blob", f"data.pkl={write(tmp_path / 'evil.pkl', data)}")
+    else:
+        import torch.distributed.checkpoint as dcp
+        from zckpt.dcp import ZckptStorageWriter
+
+        path = str(tmp_path / "evil")
+        dcp.save({"x": torch.ones(2)}, storage_writer=ZckptStorageWriter(path), no_dist=True)
+        write(os.path.join(path, ".metadata"), data)
+    r = run_cli("verify", path)
+    assert r.returncode == 1 and "refused global 'os.system'" in r.stderr, r.stdout + r.stderr
+    problems = zckpt.verify(path, raise_on_error=False)
+    assert any("refused global 'os.system'" in p for p in problems), problems
+    with pytest.raises(zckpt.CorruptError, match="refused global 'os.system'"):
+        zckpt.verify(path)
+    assert not os.path.exists(marker)
+
+
 # ---- 8. the pickle and the index must agree ----------------------------------------------------
 
 DISAGREEMENTS = [

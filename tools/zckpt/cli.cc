@@ -23,15 +23,7 @@ std::string SelfDir() {
   return slash == std::string::npos ? "" : self.substr(0, slash);
 }
 
-int ExitCodeFor(const Error& e) {
-  switch (e.kind()) {
-    case ErrorKind::kCorrupt:
-    case ErrorKind::kUnsafe:
-      return kExitBad;
-    default:
-      return kExitCannotRun;
-  }
-}
+int ExitCodeFor(const Error& e) { return IsFinding(e.kind()) ? kExitBad : kExitCannotRun; }
 
 Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags,
            const std::vector<std::string>& options, const std::map<std::string, std::string>& aliases) {

@@ -56,7 +56,7 @@ std::string WithHintLine(const std::string& p) {
   return Printable(p.substr(0, at)) + "\n    " + Printable(p.substr(at + 3));
 }
 
-// The exit code of one file's result.
+// The exit code of one file's result: its status, which IsFinding decided (zckpt/verify.h).
 int ExitCodeOf(const VerifiedFile& r) {
   return r.status == VerifyStatus::kOk ? kExitOk : r.status == VerifyStatus::kCorrupt ? kExitBad : kExitCannotRun;
 }
