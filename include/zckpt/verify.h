@@ -22,8 +22,8 @@ namespace zckpt {
 
 enum class VerifyStatus {
   kOk,       // every check passed
-  kCorrupt,  // damaged, forged, or refused as unsafe (the CLI's exit 1)
-  kError,    // could not be checked: missing, unreadable, not a container, unsupported (exit 2)
+  kCorrupt,  // every problem a finding (IsFinding): damaged, forged, or refused as unsafe (exit 1)
+  kError,    // a problem that is not: missing, unreadable, not a container, unsupported (exit 2)
 };
 
 // What was found about one container or one DCP folder.
@@ -31,9 +31,12 @@ struct VerifiedFile {
   std::string path;
   bool dcp = false;  // a DCP folder checked as one checkpoint
   VerifyStatus status = VerifyStatus::kOk;
-  // When an Error stopped the check of this file: its kind (its message is the last problem).
+  // When an Error stopped the check of this file: its kind (it is the last problem).
   std::optional<ErrorKind> error;
-  std::vector<std::string> problems;  // empty when OK
+  // Empty when OK. Each has its kind and place (file, storage, tensors, chunk, byte ranges, as
+  // the message says them): a finding (IsFinding) of a check, or what kept a check from running
+  // (status kError), as the Error that stopped it (VerifyProblem::Of).
+  std::vector<VerifyProblem> problems;
   uint64_t bytes = 0;                 // bytes checked (a container: its size)
   double seconds = 0;
   // A DCP folder: what was checked.

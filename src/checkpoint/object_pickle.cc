@@ -18,12 +18,20 @@ std::string Dims(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
+// A disagreement about `about` (its storage or tensor, its message the subject: "tensor 'w'").
+void Add(std::vector<Disagreement>& out, const Disagreement& about, const std::string& why) {
+  out.push_back({about.storage, about.tensor, about.message + ": " + why});
+}
+
 template <typename T>
-void Compare(std::vector<std::string>& out, const std::string& what, const char* field, const T& pickle_side,
+void Compare(std::vector<Disagreement>& out, const Disagreement& about, const char* field, const T& pickle_side,
              const T& index_side, std::string (*show)(const T&)) {
   if (pickle_side == index_side) return;
-  out.push_back(what + ": " + field + " " + show(pickle_side) + " in the pickle, " + show(index_side) + " in the index");
+  Add(out, about, std::string(field) + " " + show(pickle_side) + " in the pickle, " + show(index_side) + " in the index");
 }
+
+Disagreement AboutStorage(const std::string& key) { return {key, "", "storage '" + key + "'"}; }
+Disagreement AboutTensor(const std::string& name) { return {"", name, "tensor '" + name + "'"}; }
 
 std::string Num(const uint64_t& v) { return std::to_string(v); }
 std::string Text(const std::string& v) { return "'" + v + "'"; }
@@ -47,14 +55,14 @@ uint32_t IndexFlags(const pickle::TorchTensor& t) {
          (t.quantized ? format::kTensorQuantized : 0) | (t.internal ? format::kTensorInternal : 0);
 }
 
-std::vector<std::string> IndexDisagreements(const Container& c, const pickle::TorchPickle& model) {
-  std::vector<std::string> out;
+std::vector<Disagreement> IndexDisagreements(const Container& c, const pickle::TorchPickle& model) {
+  std::vector<Disagreement> out;
   // Storages: one per key on both sides.
   for (const pickle::TorchStorage& s : model.storages) {
-    const std::string what = "storage '" + s.key + "'";
+    const Disagreement what = AboutStorage(s.key);
     auto index = c.FindStorage(s.key);
     if (!index) {
-      out.push_back(what + ": named by the pickle, absent from the index");
+      Add(out, what, "named by the pickle, absent from the index");
       continue;
     }
     StorageInfo info = c.storage(*index);
@@ -68,14 +76,14 @@ std::vector<std::string> IndexDisagreements(const Container& c, const pickle::To
     for (const pickle::TorchStorage& s : model.storages) named[s.key] = true;
     for (uint32_t i = 0; i < c.storage_count(); ++i)
       if (!named.count(c.storage(i).key))
-        out.push_back("storage '" + std::string(c.storage(i).key) + "': in the index, not named by the pickle");
+        Add(out, AboutStorage(std::string(c.storage(i).key)), "in the index, not named by the pickle");
   }
   // Tensors: one per name on both sides.
   for (const pickle::TorchTensor& t : model.tensors) {
-    const std::string what = "tensor '" + t.name + "'";
+    const Disagreement what = AboutTensor(t.name);
     auto index = c.FindTensor(t.name);
     if (!index) {
-      out.push_back(what + ": described by the pickle, absent from the index");
+      Add(out, what, "described by the pickle, absent from the index");
       continue;
     }
     TensorInfo info = c.tensor(*index);
@@ -84,7 +92,7 @@ std::vector<std::string> IndexDisagreements(const Container& c, const pickle::To
     Compare(out, what, "dtype", t.dtype, info.dtype, Name);
     Compare(out, what, "shape", t.shape, info.shape, Dims);
     Compare(out, what, "stride", t.stride, info.stride, Dims);
-    if (t.storage_offset < 0) out.push_back(what + ": negative storage offset in the pickle");
+    if (t.storage_offset < 0) Add(out, what, "negative storage offset in the pickle");
     else Compare(out, what, "storage offset", static_cast<uint64_t>(t.storage_offset), info.storage_offset, Num);
     Compare(out, what, "flags", IndexFlags(t), info.flags, Bits);
     Compare(out, what, "extra record", t.extra, std::string(info.extra), Text);
@@ -94,7 +102,7 @@ std::vector<std::string> IndexDisagreements(const Container& c, const pickle::To
     for (const pickle::TorchTensor& t : model.tensors) named[t.name] = true;
     for (uint32_t i = 0; i < c.tensor_count(); ++i)
       if (!named.count(c.tensor(i).name))
-        out.push_back("tensor '" + std::string(c.tensor(i).name) + "': in the index, not described by the pickle");
+        Add(out, AboutTensor(std::string(c.tensor(i).name)), "in the index, not described by the pickle");
   }
   return out;
 }
@@ -110,22 +118,24 @@ std::optional<ObjectPickle> ReadObjectPickle(const Container& c, const PickleRea
   } catch (const Error& e) {
     throw Error(e.kind(), c.path() + ": object pickle: " + e.what());
   }
-  std::vector<std::string> disagreements = IndexDisagreements(c, out.model);
+  std::vector<Disagreement> disagreements = IndexDisagreements(c, out.model);
   if (!disagreements.empty()) {
     std::string msg = c.path() + ": the object pickle and the index disagree: ";
-    for (size_t i = 0; i < disagreements.size() && i < kListed; ++i) msg += (i ? "; " : "") + disagreements[i];
+    for (size_t i = 0; i < disagreements.size() && i < kListed; ++i) msg += (i ? "; " : "") + disagreements[i].message;
     if (disagreements.size() > kListed) msg += "; and " + std::to_string(disagreements.size() - kListed) + " more";
     throw Error(ErrorKind::kCorrupt, msg);
   }
   return out;
 }
 
-std::vector<std::string> ObjectPickleProblems(const Container& c) {
+std::vector<VerifyProblem> ObjectPickleProblems(const Container& c) {
   auto blob = c.FindBlob(format::kObjectPickleBlob);
   if (!blob) return {};
   PickleReadOptions describe;
   describe.globals = pickle::GlobalPolicy::kDenyListOnly;
   pickle::TorchPickle model;
+  ErrorPlace file;
+  file.file = c.path();
   try {
     std::vector<uint8_t> bytes = c.CheckedBlobBytes(*blob);
     model = pickle::InterpretTorchPickle(pickle::Unpickle(bytes, describe.Unpickle()));
@@ -135,11 +145,16 @@ std::vector<std::string> ObjectPickleProblems(const Container& c) {
     if (!IsFinding(e.kind())) throw;
     std::string what = e.what();
     if (what.rfind(c.path(), 0) != 0) what = c.path() + ": object pickle: " + what;
-    return {what};
+    return {{e.kind(), what, file}};
   }
-  std::vector<std::string> out;
-  for (const std::string& d : IndexDisagreements(c, model))
-    out.push_back(c.path() + ": the object pickle and the index disagree: " + d);
+  std::vector<VerifyProblem> out;
+  for (Disagreement& d : IndexDisagreements(c, model)) {
+    ErrorPlace place = file;
+    place.storage = std::move(d.storage);
+    if (!d.tensor.empty()) place.tensors.push_back(std::move(d.tensor));
+    out.push_back({ErrorKind::kCorrupt, c.path() + ": the object pickle and the index disagree: " + d.message,
+                   std::move(place)});
+  }
   return out;
 }
 

@@ -50,14 +50,23 @@ struct ObjectPickle {
 //             first disagreement and how many there are)
 std::optional<ObjectPickle> ReadObjectPickle(const Container& c, const PickleReadOptions& options = {});
 
-// Every disagreement between `model` (read from `c`'s object pickle) and `c`'s index, one line
-// each ("tensor 'w': storage offset 3 in the pickle, 0 in the index"); empty when they agree.
-std::vector<std::string> IndexDisagreements(const Container& c, const pickle::TorchPickle& model);
+// One disagreement between the object pickle and the index, about a storage or a tensor.
+struct Disagreement {
+  std::string storage;  // the storage key concerned, "" when about a tensor
+  std::string tensor;   // the tensor concerned, "" when about a storage
+  std::string message;  // "tensor 'w': storage offset 3 in the pickle, 0 in the index"
+};
 
-// For verify (reads under the deny list only): what is wrong with the object pickle (refused,
-// malformed, or disagreeing with the index), one message per problem naming the file; empty
-// when it is sound or there is none.
-std::vector<std::string> ObjectPickleProblems(const Container& c);
+// Every disagreement between `model` (read from `c`'s object pickle) and `c`'s index; empty when
+// they agree.
+std::vector<Disagreement> IndexDisagreements(const Container& c, const pickle::TorchPickle& model);
+
+// For verify (reads under the deny list only): what is wrong with the object pickle, one problem
+// each, its message naming the file, its place the file (and the storage or tensor an index
+// disagreement is about): kUnsafe refused, kCorrupt malformed, damaged or disagreeing with the
+// index. Empty when it is sound or there is none. An Error that is not a finding (IsFinding: an
+// unsupported dtype) is thrown: the file cannot be checked.
+std::vector<VerifyProblem> ObjectPickleProblems(const Container& c);
 
 // The index's tensor flags (format::kTensor*) for a tensor the pickle describes, as convert
 // writes them.

@@ -195,7 +195,7 @@ namespace zckpt::checkpoint {
 Error WithNotAContainerHint(const Error& e, const std::string& path) {
   if (e.kind() != ErrorKind::kNotContainer) return e;
   std::string hint = NotAContainerHint(path);
-  return hint.empty() ? e : Error(e.kind(), std::string(e.what()) + "\n  hint: " + hint);
+  return hint.empty() ? e : Error(e.kind(), std::string(e.what()) + "\n  hint: " + hint, e.place());
 }
 
 }  // namespace zckpt::checkpoint

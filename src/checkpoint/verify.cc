@@ -47,8 +47,26 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The status an Error that stopped a check gives: a finding (corrupt), else not checkable.
-VerifyStatus StatusFor(const Error& e) { return IsFinding(e.kind()) ? VerifyStatus::kCorrupt : VerifyStatus::kError; }
+// A file's status from its problems: OK without any, corrupt when each is a finding (IsFinding),
+// else not checkable.
+VerifyStatus StatusOf(const std::vector<VerifyProblem>& problems) {
+  if (problems.empty()) return VerifyStatus::kOk;
+  for (const VerifyProblem& p : problems)
+    if (!IsFinding(p.kind)) return VerifyStatus::kError;
+  return VerifyStatus::kCorrupt;
+}
+
+// The problem an Error that stopped the check of `path` is: placed in `path` when it says no file.
+VerifyProblem StoppedBy(const Error& e, const std::string& path) {
+  VerifyProblem p = VerifyProblem::Of(e);
+  if (p.place.file.empty()) p.place.file = path;
+  return p;
+}
+
+// A problem of `kind` about `place`.
+VerifyProblem Problem(ErrorKind kind, std::string message, ErrorPlace place) {
+  return {kind, std::move(message), std::move(place)};
+}
 
 VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
   VerifyOptions opt;
@@ -58,7 +76,7 @@ VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
 }
 
 struct DcpVerifyReport {
-  std::vector<std::string> problems;  // empty when the folder is good
+  std::vector<VerifyProblem> problems;  // empty when the folder is good
   uint64_t containers = 0;            // containers verified in full
   uint64_t distcp_pieces = 0;         // pieces of FileSystemWriter .distcp files (no checksums)
   uint64_t tensors = 0, bytes_items = 0;
@@ -88,23 +106,30 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
     if (!c) c = Container::Open(path);
     return *c;
   };
-  auto check = [&](const std::string& what, auto&& f) {
+  // An Error checking an item is a problem of its kind, placed where the Error says, else at the
+  // item (the folder, and the tensor for a tensor item).
+  auto check = [&](const std::string& what, const ErrorPlace& item_place, auto&& f) {
     try {
       f();
     } catch (const Error& e) {
-      std::string msg = e.what();
-      report.problems.push_back(msg.find(dir) == std::string::npos ? what + ": " + msg : msg);
+      VerifyProblem p = VerifyProblem::Of(e);
+      if (p.message.find(dir) == std::string::npos) p.message = what + ": " + p.message;
+      if (p.place.file.empty()) p.place = item_place;
+      report.problems.push_back(std::move(p));
     }
   };
   for (const pickle::DcpItem& item : md.items) {
     const std::string what = dir + ": '" + item.fqn + "'";
+    ErrorPlace item_place;
+    item_place.file = dir;
+    if (item.is_tensor) item_place.tensors = {item.fqn};
     if (!item.is_tensor) {
       const pickle::DcpStorage* s = md.FindStorage(item.fqn, {});
       if (!s) {
-        report.problems.push_back(what + ": no storage entry");
+        report.problems.push_back(Problem(ErrorKind::kCorrupt, what + ": no storage entry", item_place));
         continue;
       }
-      check(what, [&] {
+      check(what, item_place, [&] {
         std::span<const uint8_t> bytes;
         std::vector<uint8_t> checked;  // a private copy (a blob's checked one): what `bytes` views
         std::string where;
@@ -142,10 +167,11 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
     for (const pickle::DcpChunk& chunk : item.chunks) {
       const pickle::DcpStorage* s = md.FindStorage(item.fqn, chunk.offsets);
       if (!s) {
-        report.problems.push_back(what + ": no storage entry for the piece at " + dcp::Dims(chunk.offsets));
+        report.problems.push_back(
+            Problem(ErrorKind::kCorrupt, what + ": no storage entry for the piece at " + dcp::Dims(chunk.offsets), item_place));
         continue;
       }
-      check(what, [&] {
+      check(what, item_place, [&] {
         dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
         std::string why;
         if (loc.container) {
@@ -177,7 +203,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
   for (auto& [path, c] : containers) {
     if (!c) continue;
     VerifyReport r = c->Verify(vo);
-    for (const auto& p : r.problems) report.problems.push_back(p.message);
+    for (VerifyProblem& p : r.problems) report.problems.push_back(std::move(p));
     report.bytes_checked += r.bytes_checked;
     report.containers++;
     before += c->file_bytes();
@@ -194,16 +220,14 @@ VerifiedFile VerifyContainer(const std::string& path, const VerifyPathOptions& o
     auto c = Container::Open(path);
     r.bytes = c->file_bytes();
     if (options.on_begin) options.on_begin(path, c->file_bytes());
-    VerifyReport report = c->Verify(ContainerOptions(options));
-    for (const auto& p : report.problems) r.problems.push_back(p.message);
-    for (std::string& p : checkpoint::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
-    r.status = r.problems.empty() ? VerifyStatus::kOk : VerifyStatus::kCorrupt;
+    r.problems = c->Verify(ContainerOptions(options)).problems;
+    for (VerifyProblem& p : checkpoint::ObjectPickleProblems(*c)) r.problems.push_back(std::move(p));
   } catch (const Error& e) {
     Error hinted = checkpoint::WithNotAContainerHint(e, path);
-    r.problems.push_back(hinted.what());
+    r.problems.push_back(StoppedBy(hinted, path));
     r.error = hinted.kind();
-    r.status = StatusFor(hinted);
   }
+  r.status = StatusOf(r.problems);
   r.seconds = SecondsSince(t0);
   return r;
 }
@@ -217,17 +241,16 @@ VerifiedFile VerifyDcp(const std::string& dir, const VerifyPathOptions& options)
     if (options.on_begin) options.on_begin(dir, 0);
     DcpVerifyReport report = VerifyDcpFolder(dir, ContainerOptions(options));
     r.problems = std::move(report.problems);
-    r.status = r.problems.empty() ? VerifyStatus::kOk : VerifyStatus::kCorrupt;
     r.bytes = report.bytes_checked;
     r.containers = report.containers;
     r.distcp_pieces = report.distcp_pieces;
     r.tensors = report.tensors;
     r.bytes_items = report.bytes_items;
   } catch (const Error& e) {
-    r.problems.push_back(e.what());
+    r.problems.push_back(StoppedBy(e, dir));
     r.error = e.kind();
-    r.status = StatusFor(e);
   }
+  r.status = StatusOf(r.problems);
   r.seconds = SecondsSince(t0);
   return r;
 }
@@ -326,7 +349,9 @@ std::vector<VerifiedFile> VerifyPath(const std::string& path, const VerifyPathOp
     r.path = path;
     r.status = VerifyStatus::kError;
     r.error = ErrorKind::kInvalidArgument;
-    r.problems.push_back(target.error);
+    ErrorPlace place;
+    place.file = path;
+    r.problems.push_back(Problem(ErrorKind::kInvalidArgument, target.error, std::move(place)));
     add(std::move(r));
   }
   for (const auto& [file, dcp] : target.files) add(dcp ? VerifyDcp(file, options) : VerifyContainer(file, options));

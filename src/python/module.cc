@@ -3,10 +3,12 @@
 // Built against torch's own headers and its bundled pybind11, so at::Tensor crosses into Python
 // through torch's type casters exactly as in a torch C++ extension. Every call that streams data
 // releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError, and
-// OutOfMemoryError, also a torch.OutOfMemoryError, for those kinds), carrying the C++ message.
+// OutOfMemoryError, also a torch.OutOfMemoryError, for those kinds), carrying the C++ message
+// and, as attributes, the Error's place (PlaceFields).
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -237,18 +239,46 @@ void Export(const std::string& src, const std::string& dst, const std::string& f
   ExportFile(src, dst, options);
 }
 
-// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order; a file that
-// could not be checked at all (an error that is not a finding: IsFinding) raises its error, as
-// `zckpt verify` exits 2 for it where it exits 1 for a finding.
-std::vector<std::string> Verify(const std::string& path, unsigned threads) {
-  py::gil_scoped_release release;
-  VerifyPathOptions options;
-  options.threads = threads;
-  std::vector<std::string> problems;
-  for (VerifiedFile& r : VerifyPath(path, options)) {
-    if (r.error && !IsFinding(*r.error)) throw Error(*r.error, r.problems.back());
-    for (std::string& p : r.problems) problems.push_back(std::move(p));
+// Where an error lies (ErrorPlace) as Python values: {"file", "storage", "tensors" (a list),
+// "chunk", "file_bytes", "storage_bytes" ((begin, end) tuples)}, None for what it is not about.
+// The attributes every ZckptError raised from here carries, and the fields of zckpt.verify's
+// problems.
+py::dict PlaceFields(const ErrorPlace& place) {
+  auto text = [](const std::string& s) -> py::object { return s.empty() ? py::none() : py::object(py::str(s)); };
+  auto range = [](const std::optional<ByteRange>& r) -> py::object {
+    return r ? py::object(py::make_tuple(r->begin, r->end)) : py::none();
+  };
+  py::dict d;
+  d["file"] = text(place.file);
+  d["storage"] = text(place.storage);
+  d["tensors"] = place.tensors.empty() ? py::none() : py::object(py::cast(place.tensors));
+  d["chunk"] = place.chunk < 0 ? py::none() : py::object(py::int_(place.chunk));
+  d["file_bytes"] = range(place.file_bytes);
+  d["storage_bytes"] = range(place.storage_bytes);
+  return d;
+}
+
+// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order, each a dict:
+// "kind" ("corrupt" or "unsafe": ErrorKindName), "message", and PlaceFields. A problem that is not
+// a finding (IsFinding: the file could not be checked) raises as its Error, as `zckpt verify`
+// exits 2 for it where it exits 1 for a finding.
+py::list Verify(const std::string& path, unsigned threads) {
+  std::vector<VerifiedFile> files;
+  {
+    py::gil_scoped_release release;
+    VerifyPathOptions options;
+    options.threads = threads;
+    files = VerifyPath(path, options);
   }
+  py::list problems;
+  for (const VerifiedFile& r : files)
+    for (const VerifyProblem& p : r.problems) {
+      if (!IsFinding(p.kind)) throw Error(p.kind, p.message, p.place);
+      py::dict d = PlaceFields(p.place);
+      d["kind"] = ErrorKindName(p.kind);
+      d["message"] = p.message;
+      problems.append(d);
+    }
   return problems;
 }
 
@@ -373,6 +403,9 @@ PYBIND11_MODULE(_C, m) {
       nullptr);
   if (oom == nullptr) throw py::error_already_set();
   m.attr("OutOfMemoryError") = py::handle(oom);
+  // Every ZckptError has the attributes of zckpt::PlaceFields: None on the class, set from the
+  // Error's place when it comes from C++ (a CorruptError names its file, storage, chunk, ...).
+  for (auto field : zckpt::PlaceFields({})) base.attr(field.first) = py::none();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -381,7 +414,13 @@ PYBIND11_MODULE(_C, m) {
                        : e.kind() == zckpt::ErrorKind::kUnsafe      ? unsafe.ptr()
                        : e.kind() == zckpt::ErrorKind::kOutOfMemory ? oom
                                                                     : base.ptr();
-      PyErr_SetString(type, e.what());
+      try {
+        py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
+        for (auto field : zckpt::PlaceFields(e.place())) py::setattr(exc, field.first, field.second);
+        PyErr_SetObject(type, exc.ptr());
+      } catch (const py::error_already_set&) {  // the message alone, as an error cannot be lost
+        PyErr_SetString(type, e.what());
+      }
     }
   });
   // One open checkpoint (module.cc, above Describe): what zckpt.load reads everything through.

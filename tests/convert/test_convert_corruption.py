@@ -209,6 +209,13 @@ def test_verify_json_lists_problems(state_dict_container, sd_ls, converted, zckp
     assert report[0]["problems"] == [] and len(report[1]["problems"]) == 1
     assert f"storage '{ls['storages'][0]['key']}'" in report[1]["problems"][0]
     assert report[1]["bytes"] == os.path.getsize(state_dict_container)
+    # Beside each message, its kind and place: the chunk holding the flipped byte.
+    assert report[0]["problem_places"] == [] and len(report[1]["problem_places"]) == 1
+    place = report[1]["problem_places"][0]
+    assert place["kind"] == "corrupt" and place["file"] == str(state_dict_container)
+    assert place["storage"] == ls["storages"][0]["key"] and place["chunk"] == 0, place
+    assert place["file_bytes"][0] == ls["storages"][0]["offset"] < place["file_bytes"][1], place
+    assert place["storage_bytes"][0] == 0 and isinstance(place["tensors"], list), place
 
 
 def test_export_of_corrupt_chunk_writes_nothing(state_dict_container, sd_ls, zckpt, tmp_path):

@@ -71,12 +71,36 @@ def test_load_into_raises(damaged):
 
 
 def test_verify_raises_and_lists(damaged):
-    _, path, _ = damaged
+    _, path, inside = damaged
     with pytest.raises(zckpt.CorruptError) as e:
         zckpt.verify(path)
     _assert_names_tensor_and_file(e.value, path)
     problems = zckpt.verify(path, raise_on_error=False)
     assert len(problems) == 1 and VICTIM in problems[0]
+    # The problem keeps its structure: the bad chunk's place, as fields, and as the error's own.
+    (found,) = e.value.problems
+    storage = storage_of(path, VICTIM)
+    flipped = storage["offset"] + inside
+    assert found["kind"] == "corrupt" and found["message"] == problems[0] == str(e.value)
+    assert found["file"] == path and found["storage"] == storage["key"] and VICTIM in found["tensors"]
+    assert isinstance(found["chunk"], int) and f"chunk {found['chunk']}," in found["message"]
+    assert found["file_bytes"][0] <= flipped < found["file_bytes"][1], found
+    assert found["storage_bytes"][0] <= inside < found["storage_bytes"][1], found
+    for field in ("file", "storage", "tensors", "chunk", "file_bytes", "storage_bytes"):
+        assert getattr(e.value, field) == found[field], field
+
+
+def test_errors_carry_their_place_as_attributes(tmp_path):
+    """Every ZckptError has the place attributes: set from the C++ error's place (verify of a
+    folder holding no container names the folder), None where an error is about no place."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(zckpt.ZckptError, match="no zckpt container below this folder") as e:
+        zckpt.verify(empty)
+    assert e.value.file == str(empty) and e.value.chunk is None and e.value.tensors is None
+    for kind in (zckpt.ZckptError, zckpt.CorruptError, zckpt.UnsafeError, zckpt.OutOfMemoryError):
+        assert all(getattr(kind, f) is None for f in ("file", "storage", "tensors", "chunk", "file_bytes",
+                                                      "storage_bytes")), kind
 
 
 def test_cli_verify_exit_code(good, damaged):

@@ -370,8 +370,9 @@ def test_verify_and_the_cli_agree_on_an_unsafe_pickle(tmp_path, shared, shape):
     assert r.returncode == 1 and "refused global 'os.system'" in r.stderr, r.stdout + r.stderr
     problems = zckpt.verify(path, raise_on_error=False)
     assert any("refused global 'os.system'" in p for p in problems), problems
-    with pytest.raises(zckpt.CorruptError, match="refused global 'os.system'"):
+    with pytest.raises(zckpt.CorruptError, match="refused global 'os.system'") as e:
         zckpt.verify(path)
+    assert [p["kind"] for p in e.value.problems] == ["unsafe"] and e.value.file == path
     assert not os.path.exists(marker)
 
 

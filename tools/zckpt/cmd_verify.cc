@@ -2,6 +2,7 @@
 // below a folder, and a torch.distributed.checkpoint folder as a whole.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,9 @@ constexpr const char* kHelp =
     "  --threads N            checking threads per file (default: all cores)\n"
     "  -q, --quiet            print only the containers that are not OK (and the summary)\n"
     "  --json                 one JSON array, an object per container (and per DCP folder,\n"
-    "                         with \"kind\": \"dcp\")\n";
+    "                         with \"kind\": \"dcp\"); beside \"problems\" (messages),\n"
+    "                         \"problem_places\": each one's kind, file, storage, tensors,\n"
+    "                         chunk, file_bytes and storage_bytes (null when not about it)\n";
 constexpr const char* kHelpTail =
     "\nExit codes:\n"
     "  0  every container is good\n"
@@ -54,6 +57,36 @@ std::string WithHintLine(const std::string& p) {
   const size_t at = p.rfind("\n  hint: ");
   if (at == std::string::npos) return Printable(p);
   return Printable(p.substr(0, at)) + "\n    " + Printable(p.substr(at + 3));
+}
+
+// One problem's kind and place, as an object: "kind" (ErrorKindName), "file", "storage",
+// "tensors", "chunk", "file_bytes", "storage_bytes" ([begin, end)); null when unset.
+void WritePlace(JsonWriter& jw, const VerifyProblem& p) {
+  const ErrorPlace& at = p.place;
+  auto text = [&](const char* key, const std::string& v) {
+    jw.Key(key);
+    v.empty() ? jw.Null() : jw.String(v);
+  };
+  auto range = [&](const char* key, const std::optional<ByteRange>& v) {
+    jw.Key(key);
+    if (v) jw.BeginArray().UInt(v->begin).UInt(v->end).EndArray();
+    else jw.Null();
+  };
+  jw.BeginObject().Key("kind").String(ErrorKindName(p.kind));
+  text("file", at.file);
+  text("storage", at.storage);
+  jw.Key("tensors");
+  if (at.tensors.empty()) jw.Null();
+  else {
+    jw.BeginArray();
+    for (const std::string& t : at.tensors) jw.String(t);
+    jw.EndArray();
+  }
+  jw.Key("chunk");
+  at.chunk < 0 ? jw.Null() : jw.Int(at.chunk);
+  range("file_bytes", at.file_bytes);
+  range("storage_bytes", at.storage_bytes);
+  jw.EndObject();
 }
 
 // The exit code of one file's result: its status, which IsFinding decided (zckpt/verify.h).
@@ -116,10 +149,13 @@ int RunVerify(const Argv& argv) {
       if (r.dcp) jw.Key("kind").String("dcp");
       jw.Key("status")
           .String(code == kExitOk ? "ok" : code == kExitBad ? "corrupt" : "error");
-      if (r.error) jw.Key("error").String(r.problems.back());  // what stopped the check (as ls and load)
+      if (r.error) jw.Key("error").String(r.problems.back().message);  // what stopped the check (as ls and load)
       jw.Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds);
       jw.Key("problems").BeginArray();
-      for (const auto& p : r.problems) jw.String(p);
+      for (const auto& p : r.problems) jw.String(p.message);
+      jw.EndArray();
+      jw.Key("problem_places").BeginArray();
+      for (const auto& p : r.problems) WritePlace(jw, p);
       jw.EndArray().EndObject();
       return;
     }
@@ -137,7 +173,7 @@ int RunVerify(const Argv& argv) {
       std::fflush(stdout);
       // One line per problem (a name in a message cannot start a line of its own), and a
       // not-a-container hint on a line of its own under it.
-      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", WithHintLine(p).c_str());
+      for (const auto& p : r.problems) std::fprintf(stderr, "  %s\n", WithHintLine(p.message).c_str());
     }
     std::fflush(stdout);
   };

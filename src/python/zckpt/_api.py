@@ -310,8 +310,20 @@ def export(src, dst, *, format=None, allow_globals=()):
 def verify(path, *, threads=0, raise_on_error=True):
     """Checks every byte of a container, and that its kept pickle is readable, names no
     code-running global and describes the same tensors as its index. Returns the list of
-    problems (empty when good); with raise_on_error, raises CorruptError listing them instead."""
-    problems = _C.verify(_path(path), threads)
+    problems (messages; empty when good); with raise_on_error, raises CorruptError listing them
+    instead. That CorruptError's `problems` holds each one as a dict: "kind" ("corrupt" or
+    "unsafe"), "message", and where it lies, "file", "storage", "tensors" (a list), "chunk",
+    "file_bytes" and "storage_bytes" ((begin, end) byte ranges), None for what it is not about;
+    its own attributes of those names are the first problem's (as every ZckptError's are its
+    own). A file that could not be checked at all (missing, unreadable, not a container,
+    unsupported) raises its ZckptError, where `zckpt verify` exits 2."""
+    found = _C.verify(_path(path), threads)
+    problems = [p["message"] for p in found]
     if problems and raise_on_error:
-        raise CorruptError("\n".join(problems))
+        error = CorruptError("\n".join(problems))
+        error.problems = found
+        for field, value in found[0].items():
+            if field not in ("kind", "message"):
+                setattr(error, field, value)
+        raise error
     return problems
