@@ -22,15 +22,15 @@ const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<i
   return nullptr;
 }
 
-std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
-                          const std::vector<int64_t>& shape) {
+std::optional<std::string> PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
+                                         const std::vector<int64_t>& shape) {
   const pickle::DcpChunk* chunk = ChunkAt(item, s.offset);
   std::string piece = "the piece of '" + item.fqn + "' at " + Dims(s.offset);
   if (!chunk) return piece + " is not one of the chunks the metadata lists for it";
   if (dtype != item.dtype)
     return piece + " holds " + std::string(DTypeName(dtype)) + ", the metadata says " + std::string(DTypeName(item.dtype));
   if (shape != chunk->sizes) return piece + " has shape " + Dims(shape) + ", the metadata says " + Dims(chunk->sizes);
-  return "";
+  return std::nullopt;
 }
 
 std::string PieceName(const std::string& fqn, const std::vector<int64_t>& offsets) {
@@ -107,12 +107,13 @@ void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what, 
   }
 }
 
-std::string ConvertedContainer(const std::string& dir, const pickle::DcpStorage& s) {
+std::optional<std::string> ConvertedContainer(const std::string& dir, const pickle::DcpStorage& s) {
   std::string stem = EndsWith(s.relative_path, kDistcpSuffix)
                          ? s.relative_path.substr(0, s.relative_path.size() - kDistcpSuffix.size())
                          : s.relative_path;
   std::string converted = checkpoint::InFolder(dir, stem + std::string(kContainerSuffix));
-  return checkpoint::FileExists(converted) ? converted : "";
+  if (!checkpoint::FileExists(converted)) return std::nullopt;
+  return converted;
 }
 
 PieceLocation LocatePiece(const std::string& dir, const pickle::DcpStorage& s,
@@ -128,15 +129,14 @@ PieceLocation LocatePiece(const std::string& dir, const pickle::DcpStorage& s,
     throw Error(ErrorKind::kUnsupported, dir + ": the piece of '" + s.fqn + "' in " + s.relative_path +
                                              " was written through DCP stream transforms (an extension such as "
                                              "compression): not supported");
-  std::string converted = ConvertedContainer(dir, s);
-  if (!converted.empty()) {
-    const Container& c = open(converted);
+  if (std::optional<std::string> converted = ConvertedContainer(dir, s)) {
+    const Container& c = open(*converted);
     auto storage = c.FindStorage(std::to_string(s.file_offset));
     std::vector<uint32_t> tensors = storage ? c.TensorsOfStorage(*storage) : std::vector<uint32_t>{};
     if (tensors.empty())
-      throw Error(ErrorKind::kCorrupt, converted + ": no piece at byte offset " + std::to_string(s.file_offset) +
+      throw Error(ErrorKind::kCorrupt, *converted + ": no piece at byte offset " + std::to_string(s.file_offset) +
                                            " of " + s.relative_path + " (the piece of '" + s.fqn + "')");
-    loc.file = converted;
+    loc.file = *converted;
     loc.container = true;
     loc.tensor = std::string(c.tensor(tensors[0]).name);
     return loc;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,8 +62,8 @@ std::string PieceExtra(const std::string& fqn, const std::vector<int64_t>& globa
 std::string Dims(const std::vector<int64_t>& v);
 // The chunk of `item` saved at `offsets`, nullptr when the metadata has none there.
 const pickle::DcpChunk* ChunkAt(const pickle::DcpItem& item, const std::vector<int64_t>& offsets);
-// Why the saved piece (dtype, shape) does not match the metadata's chunk, "" when it does.
-std::string PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
+// Why the saved piece (dtype, shape) does not match the metadata's chunk; nullopt when it does.
+std::optional<std::string> PieceMismatch(const pickle::DcpItem& item, const pickle::DcpStorage& s, DType dtype,
                           const std::vector<int64_t>& shape);
 
 using checkpoint::EndsWith;
@@ -90,8 +91,8 @@ void VetTorchSaveBytes(std::span<const uint8_t> bytes, const std::string& what,
                        const checkpoint::PickleReadOptions& read = {});
 
 // The container a converted folder holds for _StorageInfo entry `s` (`dir/X.zckpt` for
-// X.distcp), "" when the folder has none (FileSystemWriter's own layout).
-std::string ConvertedContainer(const std::string& dir, const pickle::DcpStorage& s);
+// X.distcp); nullopt when the folder has none (FileSystemWriter's own layout).
+std::optional<std::string> ConvertedContainer(const std::string& dir, const pickle::DcpStorage& s);
 
 // Where the bytes of a tensor piece of a DCP folder are.
 struct PieceLocation {

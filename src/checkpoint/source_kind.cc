@@ -176,7 +176,7 @@ DcpLayout DcpFolderLayout(const std::string& dir) {
 
 bool IsDcpFolder(const std::string& dir) { return DcpFolderLayout(dir) != DcpLayout::kNone; }
 
-std::string NotAContainerHint(const std::string& path) {
+std::optional<std::string> NotAContainerHint(const std::string& path) {
   try {
     SourceKind kind = DetectSource(path);
     if (IsConvertible(kind))
@@ -185,7 +185,7 @@ std::string NotAContainerHint(const std::string& path) {
     if (kind != SourceKind::kUnknown && kind != SourceKind::kZckpt) return path + " is " + WhyNotConverted(kind, path);
   } catch (const Error&) {
   }
-  return "";
+  return std::nullopt;
 }
 
 }  // namespace zckpt::checkpoint
@@ -194,8 +194,8 @@ namespace zckpt::checkpoint {
 
 Error WithNotAContainerHint(const Error& e, const std::string& path) {
   if (e.kind() != ErrorKind::kNotContainer) return e;
-  std::string hint = NotAContainerHint(path);
-  return hint.empty() ? e : Error(e.kind(), std::string(e.what()) + "\n  hint: " + hint, e.place());
+  std::optional<std::string> hint = NotAContainerHint(path);
+  return hint ? Error(e.kind(), std::string(e.what()) + "\n  hint: " + *hint, e.place()) : e;
 }
 
 }  // namespace zckpt::checkpoint

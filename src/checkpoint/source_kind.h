@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,9 @@ DcpLayout DcpLayoutOf(const std::vector<std::string>& names);
 std::string DcpAdvice(const std::string& dir);
 
 // For a file that is not a container but was given where one is expected (`zckpt load x.pt`,
-// `zckpt.load("x.pt")`): a hint to convert it first, or "" when it is not a format zckpt
+// `zckpt.load("x.pt")`): a hint to convert it first; nullopt when it is not a format zckpt
 // converts. Never throws.
-std::string NotAContainerHint(const std::string& path);
+std::optional<std::string> NotAContainerHint(const std::string& path);
 // `e` with that hint appended ("\n  hint: ..."), when `e` is a kNotContainer error about `path`
 // and there is one; `e` unchanged otherwise.
 Error WithNotAContainerHint(const Error& e, const std::string& path);

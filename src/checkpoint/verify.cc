@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -95,7 +96,7 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
   if (IsRemote(dir)) {  // .distcp shards there cannot be checked (not a damaged folder: exit 2)
     std::set<std::string> shards;
     for (const pickle::DcpStorage& s : md.storage)
-      if (s.file_slice && shards.insert(s.relative_path).second && dcp::ConvertedContainer(dir, s).empty())
+      if (s.file_slice && shards.insert(s.relative_path).second && !dcp::ConvertedContainer(dir, s))
         (void)OpenMappedFile(InFolder(dir, s.relative_path), "a DCP .distcp shard");
   }
   std::map<std::string, std::unique_ptr<Container>> containers;
@@ -140,9 +141,8 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
           bytes = checked;
           where = c.path() + " blob '" + s->name + "'";
         } else {
-          std::string converted = dcp::ConvertedContainer(dir, *s);
-          if (!converted.empty()) {
-            const Container& c = open(converted);
+          if (std::optional<std::string> converted = dcp::ConvertedContainer(dir, *s)) {
+            const Container& c = open(*converted);
             std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
             checked = checkpoint::CheckedBlob(c, name, "the folder's .metadata");
             bytes = checked;
@@ -173,23 +173,24 @@ DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& opt
       }
       check(what, item_place, [&] {
         dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
-        std::string why;
+        ErrorPlace place;
+        place.file = loc.file;
+        place.tensors = {loc.container ? loc.tensor : item.fqn};
         if (loc.container) {
           const Container& c = open(loc.file);
           auto t = c.FindTensor(loc.tensor);
           if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
           TensorInfo info = c.tensor(*t);
-          why = dcp::PieceMismatch(item, *s, info.dtype, info.shape);
-          if (!why.empty()) why = c.path() + ": tensor '" + loc.tensor + "': " + why;
+          if (auto why = dcp::PieceMismatch(item, *s, info.dtype, info.shape))
+            throw Error(ErrorKind::kCorrupt, c.path() + ": tensor '" + loc.tensor + "': " + *why, place);
         } else {
           auto& f = distcp[loc.file];
           if (!f) f = OpenMappedFile(loc.file, "a DCP .distcp shard");
           dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
-          why = dcp::PieceMismatch(item, *s, t.view.dtype, t.view.shape);
-          if (!why.empty()) why = loc.file + ": " + why;
           report.distcp_pieces++;
+          if (auto why = dcp::PieceMismatch(item, *s, t.view.dtype, t.view.shape))
+            throw Error(ErrorKind::kCorrupt, loc.file + ": " + *why, place);
         }
-        if (!why.empty()) throw Error(ErrorKind::kCorrupt, why);
       });
       report.tensors++;
     }

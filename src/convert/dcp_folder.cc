@@ -62,8 +62,8 @@ class DistcpConverter {
       const std::string at = std::to_string(e->file_offset);
       if (item->is_tensor) {
         dcp::DistcpTensor t = dcp::ReadDistcpTensor(file, e->file_offset, e->length);
-        std::string why = dcp::PieceMismatch(*item, *e, t.view.dtype, t.view.shape);
-        if (!why.empty()) throw Error(ErrorKind::kCorrupt, range + ": " + why);
+        if (auto why = dcp::PieceMismatch(*item, *e, t.view.dtype, t.view.shape))
+          throw Error(ErrorKind::kCorrupt, range + ": " + *why);
         w.AddBlob(std::string(dcp::kHeadBlob) + at,
                   file->CopyView({file->data() + e->file_offset, t.storage_begin - e->file_offset}));
         uint32_t storage = w.BeginStorage(NewStorage{at, t.storage.location, t.storage.dtype, t.storage.untyped},
