@@ -6,6 +6,7 @@ import torch
 
 from . import _C
 from ._restore import unpickle
+from ._sharded import FLAG_SHARDED, process_rank
 from ._fsdp import fsdp1_modules, load_into_fsdp1
 from ._targets import optimizer_tensors, resolve
 
@@ -65,10 +66,17 @@ class _CallerError(Exception):
         self.original = original
 
 
-def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy):
-    """torch's unpickler over the (already vetted) pickle. Its failures become CorruptError
-    naming the file, except a weights-only refusal, which stays torch's pickle.UnpicklingError
-    as torch.load raises it, and errors of the caller's own map_location."""
+def _holds_sharded_tensors(ckpt):
+    """Whether an open checkpoint's index records a ShardedTensor's local shard (the index and
+    the vetted pickle agree on it: a ShardedTensor the pickle rebuilds)."""
+    return any(r["flags"] & FLAG_SHARDED for r in ckpt.tensor_records())
+
+
+def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt):
+    """torch's unpickler over the (already vetted) pickle of the open checkpoint `ckpt`. Its
+    failures become CorruptError naming the file, except a weights-only refusal, which stays
+    torch's pickle.UnpicklingError as torch.load raises it, errors of the caller's own
+    map_location, and a file holding ShardedTensors replayed outside a process group."""
     try:
         return unpickle(pickle_bytes, storage_for_key, weights_only, legacy)
     except _CallerError as e:
@@ -80,7 +88,7 @@ def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy):
     except (ZckptError, MemoryError):
         raise
     except RuntimeError as e:
-        if "ShardedTensor" in str(e) and "process group" in str(e):
+        if process_rank() is None and _holds_sharded_tensors(ckpt):
             # torch rebuilds a ShardedTensor only inside a process group: the environment, not
             # the file, is what is missing.
             raise ZckptError(f"{path}: the file is intact, but it holds ShardedTensors (FSDP1's SHARDED_STATE_DICT), "
@@ -171,7 +179,6 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
         sizes = {s["key"]: s["bytes"] for s in info["storages"]}
         for key in meta:
             raw[key] = torch.empty(sizes[key], dtype=torch.uint8, device="meta")
-    del ckpt
 
     restored = {}  # key -> storage handed out: each storage is restored (and mapped) once
 
@@ -191,7 +198,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
         restored[key] = untyped
         return untyped
 
-    return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy)
+    return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt)
 
 
 def _named_tensors(target):
@@ -225,7 +232,7 @@ def _saved_param_groups(ckpt, optimizer, weights_only, allowed):
     path = ckpt.path
     pickle_bytes = ckpt.vetted_pickle(allowed)
     meta = _replay(path, pickle_bytes, lambda key, loc, dtype: torch.UntypedStorage(0, device="meta"),
-                   weights_only, False)
+                   weights_only, False, ckpt)
     saved_groups = meta.get("param_groups", []) if isinstance(meta, dict) else []
     if len(saved_groups) != len(optimizer.param_groups):
         raise ValueError(f"{path}: {len(saved_groups)} param groups saved, optimizer has "
