@@ -78,140 +78,193 @@ VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
 
 struct DcpVerifyReport {
   std::vector<VerifyProblem> problems;  // empty when the folder is good
-  uint64_t containers = 0;            // containers verified in full
-  uint64_t distcp_pieces = 0;         // pieces of FileSystemWriter .distcp files (no checksums)
+  uint64_t containers = 0;              // containers verified in full
+  uint64_t distcp_pieces = 0;           // pieces of FileSystemWriter .distcp files (no checksums)
   uint64_t tensors = 0, bytes_items = 0;
   uint64_t bytes_checked = 0;
+};
+
+// The bytes of a BytesIO item, copied (a blob's checked copy), and where they are, in words.
+struct ItemBytes {
+  std::vector<uint8_t> bytes;
+  std::string where;
 };
 
 // A DCP folder as a whole: `.metadata` reads, every piece it lists exists where storage_data
 // says with the metadata's dtype and shape, every BytesIO item is a torch.save archive zckpt's
 // interpreter reads naming no code-running global (the deny list, as object pickles are read),
-// and every container it names verifies in full (Container::Verify with `options`; progress
-// counts the bytes of all of them). Problems are collected, not thrown; a `.metadata` that
-// cannot be read at all throws (kCorrupt/kUnsafe/kIo).
-DcpVerifyReport VerifyDcpFolder(const std::string& dir, const VerifyOptions& options) {
-  DcpVerifyReport report;
-  pickle::DcpMetadata md = dcp::ReadFolderMetadata(dir);
-  if (IsRemote(dir)) {  // .distcp shards there cannot be checked (not a damaged folder: exit 2)
-    std::set<std::string> shards;
-    for (const pickle::DcpStorage& s : md.storage)
-      if (s.file_slice && shards.insert(s.relative_path).second && !dcp::ConvertedContainer(dir, s))
-        (void)OpenMappedFile(InFolder(dir, s.relative_path), "a DCP .distcp shard");
+// and every container it names verifies in full (Container::Verify; progress counts the bytes of
+// all of them). Problems are collected, not thrown; a `.metadata` that cannot be read at all
+// throws (kCorrupt/kUnsafe/kIo), as does a remote folder's .distcp shard (those cannot be checked
+// there). Each function below does one of these checks; Run calls them in turn.
+class DcpFolderCheck {
+ public:
+  explicit DcpFolderCheck(const std::string& dir) : dir_(dir), md_(dcp::ReadFolderMetadata(dir)) {}
+
+  DcpVerifyReport Run(const VerifyOptions& options) {
+    if (IsRemote(dir_)) OpenRemoteDistcpShards();
+    for (const pickle::DcpItem& item : md_.items) {
+      if (item.is_tensor) CheckTensorItem(item);
+      else CheckBytesItem(item);
+    }
+    VerifyContainers(options);
+    return std::move(report_);
   }
-  std::map<std::string, std::unique_ptr<Container>> containers;
-  std::map<std::string, std::shared_ptr<const MappedFile>> distcp;
-  std::set<std::string> unopenable;
-  auto open = [&](const std::string& path) -> const Container& {
-    auto& c = containers[path];
+
+ private:
+  // .distcp shards in object storage cannot be checked: opening one throws (not a damaged
+  // folder: exit 2).
+  void OpenRemoteDistcpShards() const {
+    std::set<std::string> shards;
+    for (const pickle::DcpStorage& s : md_.storage)
+      if (s.file_slice && shards.insert(s.relative_path).second && !dcp::ConvertedContainer(dir_, s))
+        (void)OpenMappedFile(InFolder(dir_, s.relative_path), "a DCP .distcp shard");
+  }
+
+  // The folder's container at `path`, opened once; one that fails to open is left out of
+  // VerifyContainers (its error is the problem of the item that opened it).
+  const Container& Open(const std::string& path) {
+    auto& c = containers_[path];
     if (!c) c = Container::Open(path);
     return *c;
-  };
-  // An Error checking an item is a problem of its kind, placed where the Error says, else at the
-  // item (the folder, and the tensor for a tensor item).
-  auto check = [&](const std::string& what, const ErrorPlace& item_place, auto&& f) {
+  }
+
+  const std::shared_ptr<const MappedFile>& Distcp(const std::string& path) {
+    auto& f = distcp_[path];
+    if (!f) f = OpenMappedFile(path, "a DCP .distcp shard");
+    return f;
+  }
+
+  // Runs `check`; an Error from it is a problem of its kind, placed where the Error says, else
+  // at `place` (the item's), its message prefixed by `what` unless it names the folder.
+  template <typename F>
+  void Collect(const std::string& what, const ErrorPlace& place, F&& check) {
     try {
-      f();
+      check();
     } catch (const Error& e) {
       VerifyProblem p = VerifyProblem::Of(e);
-      if (p.message.find(dir) == std::string::npos) p.message = what + ": " + p.message;
-      if (p.place.file.empty()) p.place = item_place;
-      report.problems.push_back(std::move(p));
-    }
-  };
-  for (const pickle::DcpItem& item : md.items) {
-    const std::string what = dir + ": '" + item.fqn + "'";
-    ErrorPlace item_place;
-    item_place.file = dir;
-    if (item.is_tensor) item_place.tensors = {item.fqn};
-    if (!item.is_tensor) {
-      const pickle::DcpStorage* s = md.FindStorage(item.fqn, {});
-      if (!s) {
-        report.problems.push_back(Problem(ErrorKind::kCorrupt, what + ": no storage entry", item_place));
-        continue;
-      }
-      check(what, item_place, [&] {
-        std::span<const uint8_t> bytes;
-        std::vector<uint8_t> checked;  // a private copy (a blob's checked one): what `bytes` views
-        std::string where;
-        std::shared_ptr<const MappedFile> slice_file;
-        if (!s->file_slice) {
-          const Container& c = open(InFolder(dir, s->relative_path));
-          checked = checkpoint::CheckedBlob(c, s->name, "the folder's .metadata");
-          bytes = checked;
-          where = c.path() + " blob '" + s->name + "'";
-        } else {
-          if (std::optional<std::string> converted = dcp::ConvertedContainer(dir, *s)) {
-            const Container& c = open(*converted);
-            std::string name = std::string(dcp::kBytesAtBlob) + std::to_string(s->file_offset);
-            checked = checkpoint::CheckedBlob(c, name, "the folder's .metadata");
-            bytes = checked;
-            where = c.path() + " blob '" + name + "'";
-          } else {
-            std::string file = InFolder(dir, s->relative_path);
-            auto& f = distcp[file];
-            if (!f) f = OpenMappedFile(file, "a DCP .distcp shard");
-            if (s->file_offset > f->size() || s->length > f->size() - s->file_offset)
-              throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
-            checked = f->CopyView({f->data() + s->file_offset, s->length});
-            bytes = checked;
-            where = file + " bytes [" + std::to_string(s->file_offset) + ", " + std::to_string(s->file_offset + s->length) + ")";
-            report.distcp_pieces++;
-          }
-        }
-        dcp::VetTorchSaveBytes(bytes, where, checkpoint::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
-      });
-      report.bytes_items++;
-      continue;
-    }
-    for (const pickle::DcpChunk& chunk : item.chunks) {
-      const pickle::DcpStorage* s = md.FindStorage(item.fqn, chunk.offsets);
-      if (!s) {
-        report.problems.push_back(
-            Problem(ErrorKind::kCorrupt, what + ": no storage entry for the piece at " + dcp::Dims(chunk.offsets), item_place));
-        continue;
-      }
-      check(what, item_place, [&] {
-        dcp::PieceLocation loc = dcp::LocatePiece(dir, *s, open);
-        ErrorPlace place;
-        place.file = loc.file;
-        place.tensors = {loc.container ? loc.tensor : item.fqn};
-        if (loc.container) {
-          const Container& c = open(loc.file);
-          auto t = c.FindTensor(loc.tensor);
-          if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
-          TensorInfo info = c.tensor(*t);
-          if (auto why = dcp::PieceMismatch(item, *s, info.dtype, info.shape))
-            throw Error(ErrorKind::kCorrupt, c.path() + ": tensor '" + loc.tensor + "': " + *why, place);
-        } else {
-          auto& f = distcp[loc.file];
-          if (!f) f = OpenMappedFile(loc.file, "a DCP .distcp shard");
-          dcp::DistcpTensor t = dcp::ReadDistcpTensor(f, loc.offset, loc.length);
-          report.distcp_pieces++;
-          if (auto why = dcp::PieceMismatch(item, *s, t.view.dtype, t.view.shape))
-            throw Error(ErrorKind::kCorrupt, loc.file + ": " + *why, place);
-        }
-      });
-      report.tensors++;
+      if (p.message.find(dir_) == std::string::npos) p.message = what + ": " + p.message;
+      if (p.place.file.empty()) p.place = place;
+      report_.problems.push_back(std::move(p));
     }
   }
-  // Every container in full, progress counted over all of them.
-  uint64_t total = 0, before = 0;
-  for (auto& [path, c] : containers)
-    if (c) total += c->file_bytes();
-  VerifyOptions vo = options;
-  if (options.progress) vo.progress = [&](uint64_t done, uint64_t) { options.progress(before + done, total); };
-  for (auto& [path, c] : containers) {
-    if (!c) continue;
-    VerifyReport r = c->Verify(vo);
-    for (VerifyProblem& p : r.problems) report.problems.push_back(std::move(p));
-    report.bytes_checked += r.bytes_checked;
-    report.containers++;
-    before += c->file_bytes();
-  }
-  return report;
-}
 
+  std::string What(const pickle::DcpItem& item) const { return dir_ + ": '" + item.fqn + "'"; }
+
+  ErrorPlace ItemPlace(const pickle::DcpItem& item) const {
+    ErrorPlace place;
+    place.file = dir_;
+    if (item.is_tensor) place.tensors = {item.fqn};
+    return place;
+  }
+
+  // A BytesIO item: its bytes read from wherever storage_data puts them, then vetted.
+  void CheckBytesItem(const pickle::DcpItem& item) {
+    const pickle::DcpStorage* s = md_.FindStorage(item.fqn, {});
+    if (!s) {
+      report_.problems.push_back(Problem(ErrorKind::kCorrupt, What(item) + ": no storage entry", ItemPlace(item)));
+      return;
+    }
+    Collect(What(item), ItemPlace(item), [&] {
+      ItemBytes item_bytes = BytesOf(*s);
+      dcp::VetTorchSaveBytes(item_bytes.bytes, item_bytes.where,
+                             checkpoint::PickleReadOptions{pickle::GlobalPolicy::kDenyListOnly, {}});
+    });
+    report_.bytes_items++;
+  }
+
+  // Where a BytesIO item's bytes are: a blob of a (file, name) entry's container, a blob of the
+  // container converted from its .distcp file, or the .distcp file itself.
+  ItemBytes BytesOf(const pickle::DcpStorage& s) {
+    if (!s.file_slice) return BlobBytes(InFolder(dir_, s.relative_path), s.name);
+    if (std::optional<std::string> converted = dcp::ConvertedContainer(dir_, s))
+      return BlobBytes(*converted, std::string(dcp::kBytesAtBlob) + std::to_string(s.file_offset));
+    return DistcpBytes(s);
+  }
+
+  ItemBytes BlobBytes(const std::string& container, const std::string& name) {
+    const Container& c = Open(container);
+    return {checkpoint::CheckedBlob(c, name, "the folder's .metadata"), c.path() + " blob '" + name + "'"};
+  }
+
+  ItemBytes DistcpBytes(const pickle::DcpStorage& s) {
+    std::string file = InFolder(dir_, s.relative_path);
+    const auto& f = Distcp(file);
+    if (s.file_offset > f->size() || s.length > f->size() - s.file_offset)
+      throw Error(ErrorKind::kCorrupt, file + ": the item lies past the end of the file");
+    ItemBytes out{f->CopyView({f->data() + s.file_offset, s.length}),
+                  file + " bytes [" + std::to_string(s.file_offset) + ", " + std::to_string(s.file_offset + s.length) + ")"};
+    report_.distcp_pieces++;
+    return out;
+  }
+
+  // A tensor item: every piece the metadata lists.
+  void CheckTensorItem(const pickle::DcpItem& item) {
+    for (const pickle::DcpChunk& chunk : item.chunks) {
+      const pickle::DcpStorage* s = md_.FindStorage(item.fqn, chunk.offsets);
+      if (!s) {
+        report_.problems.push_back(Problem(
+            ErrorKind::kCorrupt, What(item) + ": no storage entry for the piece at " + dcp::Dims(chunk.offsets), ItemPlace(item)));
+        continue;
+      }
+      Collect(What(item), ItemPlace(item), [&] {
+        dcp::PieceLocation loc = dcp::LocatePiece(dir_, *s, [this](const std::string& path) -> const Container& { return Open(path); });
+        if (loc.container) CheckContainerPiece(item, *s, loc);
+        else CheckDistcpPiece(item, *s, loc);
+      });
+      report_.tensors++;
+    }
+  }
+
+  // A piece that is a tensor record of a container: there, with the metadata's dtype and shape.
+  void CheckContainerPiece(const pickle::DcpItem& item, const pickle::DcpStorage& s, const dcp::PieceLocation& loc) {
+    const Container& c = Open(loc.file);
+    auto t = c.FindTensor(loc.tensor);
+    if (!t) throw Error(ErrorKind::kCorrupt, c.path() + ": no tensor '" + loc.tensor + "' (the piece of '" + item.fqn + "')");
+    TensorInfo info = c.tensor(*t);
+    if (auto why = dcp::PieceMismatch(item, s, info.dtype, info.shape))
+      throw Error(ErrorKind::kCorrupt, c.path() + ": tensor '" + loc.tensor + "': " + *why, PiecePlace(loc.file, loc.tensor));
+  }
+
+  // A piece that is a torch.save archive in a .distcp file: one tensor with the metadata's dtype
+  // and shape.
+  void CheckDistcpPiece(const pickle::DcpItem& item, const pickle::DcpStorage& s, const dcp::PieceLocation& loc) {
+    dcp::DistcpTensor t = dcp::ReadDistcpTensor(Distcp(loc.file), loc.offset, loc.length);
+    report_.distcp_pieces++;
+    if (auto why = dcp::PieceMismatch(item, s, t.view.dtype, t.view.shape))
+      throw Error(ErrorKind::kCorrupt, loc.file + ": " + *why, PiecePlace(loc.file, item.fqn));
+  }
+
+  static ErrorPlace PiecePlace(const std::string& file, const std::string& tensor) {
+    ErrorPlace place;
+    place.file = file;
+    place.tensors = {tensor};
+    return place;
+  }
+
+  // Every container the checks above opened, in full, progress counted over all of them.
+  void VerifyContainers(const VerifyOptions& options) {
+    uint64_t total = 0, before = 0;
+    for (auto& [path, c] : containers_)
+      if (c) total += c->file_bytes();
+    VerifyOptions vo = options;
+    if (options.progress) vo.progress = [&](uint64_t done, uint64_t) { options.progress(before + done, total); };
+    for (auto& [path, c] : containers_) {
+      if (!c) continue;
+      VerifyReport r = c->Verify(vo);
+      for (VerifyProblem& p : r.problems) report_.problems.push_back(std::move(p));
+      report_.bytes_checked += r.bytes_checked;
+      report_.containers++;
+      before += c->file_bytes();
+    }
+  }
+
+  const std::string dir_;
+  const pickle::DcpMetadata md_;
+  std::map<std::string, std::unique_ptr<Container>> containers_;
+  std::map<std::string, std::shared_ptr<const MappedFile>> distcp_;
+  DcpVerifyReport report_;
+};
 
 VerifiedFile VerifyContainer(const std::string& path, const VerifyPathOptions& options) {
   VerifiedFile r;
@@ -240,7 +293,7 @@ VerifiedFile VerifyDcp(const std::string& dir, const VerifyPathOptions& options)
   auto t0 = std::chrono::steady_clock::now();
   try {
     if (options.on_begin) options.on_begin(dir, 0);
-    DcpVerifyReport report = VerifyDcpFolder(dir, ContainerOptions(options));
+    DcpVerifyReport report = DcpFolderCheck(dir).Run(ContainerOptions(options));
     r.problems = std::move(report.problems);
     r.bytes = report.bytes_checked;
     r.containers = report.containers;
