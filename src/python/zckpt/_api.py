@@ -102,17 +102,48 @@ def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt):
                            f"{type(e).__name__}: {e}") from e
 
 
-def _target_device(map_location, location):
-    """Where a storage saved at `location` goes; None means 'ask the callable after a CPU load'."""
-    if map_location is None:
-        return torch.device(location)
-    if isinstance(map_location, (str, torch.device)):
-        return torch.device(map_location)
-    if isinstance(map_location, dict):
-        return torch.device(map_location.get(location, location))
-    if callable(map_location):
-        return None
-    raise TypeError(f"map_location must be None, a str, a torch.device, a dict or a callable, not {map_location!r}")
+class _MapLocation:
+    """load's map_location, as torch.load takes it, resolved in one place: the device each
+    storage is loaded onto (`device`), and what a callable map_location makes of it once loaded
+    (`apply`)."""
+
+    def __init__(self, map_location):
+        self._map = map_location
+
+    def _is_callable(self):
+        return callable(self._map) and not isinstance(self._map, (str, torch.device, dict))
+
+    def require_cpu(self):
+        """mmap=True gives CPU tensors: ValueError unless map_location is None or 'cpu'."""
+        if self._map not in (None, "cpu", torch.device("cpu")):
+            raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
+
+    def device(self, location):
+        """Where a storage saved at `location` is loaded: the CPU for a callable, which gets it
+        then (apply)."""
+        m = self._map
+        if m is None:
+            return torch.device(location)
+        if isinstance(m, (str, torch.device)):
+            return torch.device(m)
+        if isinstance(m, dict):
+            return torch.device(m.get(location, location))
+        if self._is_callable():
+            return torch.device("cpu")
+        raise TypeError(f"map_location must be None, a str, a torch.device, a dict or a callable, not {m!r}")
+
+    def apply(self, untyped, location):
+        """The loaded storage as a callable map_location returns it (its errors are the caller's,
+        carried as _CallerError); unchanged for any other map_location, or when it returns None."""
+        if not self._is_callable():
+            return untyped
+        try:
+            moved = self._map(untyped, location)
+        except Exception as e:  # the caller's own error, not the file's
+            raise _CallerError(e) from e
+        if moved is None:
+            return untyped
+        return moved if isinstance(moved, torch.UntypedStorage) else moved.untyped_storage()
 
 
 def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, allow_globals=(), threads=None,
@@ -160,21 +191,21 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
     pickle_bytes = ckpt.vetted_pickle(_allowed(allow_globals, weights_only))
     locations = {s["key"]: s["location"] for s in info["storages"]}
+    where = _MapLocation(map_location)
 
     if mmap:
-        if map_location not in (None, "cpu", torch.device("cpu")):
-            raise ValueError("mmap=True gives CPU tensors; map_location must be None or 'cpu'")
+        where.require_cpu()
         raw = ckpt.map_storages(verify, ring.threads)
     else:
         devices, meta = {}, set()
         for key, location in locations.items():
-            dev = _target_device(map_location, location)
-            if dev is not None and dev.type == "meta":
+            dev = where.device(location)
+            if dev.type == "meta":
                 # torch.load(map_location="meta") reads no tensor bytes: storages of the saved size
                 # on the meta device (transformers' from_pretrained asks for this).
                 meta.add(key)
                 continue
-            devices[key] = "cpu" if dev is None else str(dev)
+            devices[key] = str(dev)
         raw = ckpt.load_storages(devices, verify, ring)
         sizes = {s["key"]: s["bytes"] for s in info["storages"]}
         for key in meta:
@@ -187,14 +218,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
             return restored[key]
         if key not in raw:
             raise CorruptError(f"{path}: the pickle names storage '{key}', which the container does not hold")
-        untyped = raw[key].untyped_storage()
-        if callable(map_location) and not isinstance(map_location, (str, torch.device, dict)):
-            try:
-                moved = map_location(untyped, location)
-            except Exception as e:  # the caller's own error, not the file's
-                raise _CallerError(e) from e
-            if moved is not None:
-                untyped = moved if isinstance(moved, torch.UntypedStorage) else moved.untyped_storage()
+        untyped = where.apply(raw[key].untyped_storage(), location)
         restored[key] = untyped
         return untyped
 
