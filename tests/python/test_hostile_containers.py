@@ -376,6 +376,26 @@ def test_verify_and_the_cli_agree_on_an_unsafe_pickle(tmp_path, shared, shape):
     assert not os.path.exists(marker)
 
 
+def test_a_dcp_folder_whose_container_is_not_one_could_not_be_checked(tmp_path):
+    """Within a DCP folder too only a finding is exit 1 and a listed problem: a container the
+    folder names that is no container at all could not be checked (exit 2, as for a container
+    given alone), and zckpt.verify raises its error, placed at the item that named it."""
+    import torch.distributed.checkpoint as dcp
+    from zckpt.dcp import ZckptStorageWriter
+
+    path = str(tmp_path / "folder")
+    dcp.save({"x": torch.ones(2)}, storage_writer=ZckptStorageWriter(path), no_dist=True)
+    assert run_cli("verify", path).returncode == 0
+    (container,) = [n for n in os.listdir(path) if n.endswith(".zckpt")]
+    write(os.path.join(path, container), b"not a container, " * 16)
+    r = run_cli("verify", path)
+    assert r.returncode == 2 and f"{path}: ERROR" in r.stdout and container in r.stderr, r.stdout + r.stderr
+    with pytest.raises(zckpt.ZckptError, match=container) as e:
+        zckpt.verify(path)
+    assert not isinstance(e.value, zckpt.CorruptError)
+    assert e.value.file == path and e.value.tensors == ["x"]
+
+
 # ---- 8. the pickle and the index must agree ----------------------------------------------------
 
 DISAGREEMENTS = [
