@@ -416,6 +416,11 @@ def test_an_index_that_disagrees_with_the_pickle_is_refused_by_every_reader(tmp_
     r = run_cli("verify", forged)
     assert r.returncode == 1 and message in r.stderr and forged in r.stderr, r.stdout + r.stderr
     assert any(message in p for p in zckpt.verify(forged, raise_on_error=False))
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.verify(forged)
+    found = [p for p in e.value.problems if message in p["message"]]
+    assert found and all(p["kind"] == "corrupt" and p["file"] == forged and p["tensors"] == ["b"] and
+                         p["storage"] is None and p["chunk"] is None for p in found), e.value.problems
     for call in (lambda: zckpt.load(forged), lambda: zckpt.load(forged, mmap=True, verify=False),
                  lambda: zckpt.load_into(forged, {k: torch.zeros_like(v) for k, v in obj.items()}, strict=False),
                  lambda: _C.load_tree(forged), lambda: _C.load_tree(forged, map=True),
