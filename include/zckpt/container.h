@@ -28,6 +28,9 @@
 namespace zckpt {
 
 class MappedFile;
+namespace format::internal {
+struct ContainerFile;
+}
 
 // A tensor record with its strings and dims resolved (string views into the Container's private
 // copy of the index: valid as long as the Container).
@@ -78,7 +81,9 @@ struct VerifyProblem {
 };
 
 struct VerifyOptions {
-  unsigned threads = 0;  // 0: hardware concurrency
+  // Checking threads (a set value must be at least 1: Error(kInvalidArgument) otherwise). Unset:
+  // the hardware threads. Either way no more than one per 4 MiB of data.
+  std::optional<unsigned> threads;
   // Called as bytes are checked (done, total), total = file_bytes(); may be empty. Calls come
   // from worker threads but never two at once; the last one has done == total.
   std::function<void(uint64_t, uint64_t)> progress;
@@ -109,16 +114,6 @@ class Container {
   uint64_t file_bytes() const;
   const format::Superblock& superblock() const { return superblock_; }
   const format::Footer& footer() const { return footer_; }
-  const MappedFile& file() const { return *file_; }
-  // The file as mapped at open. Another process may rewrite these bytes, or truncate the file so
-  // that touching them raises SIGBUS: zckpt reads it only under a SIGBUS guard (Verify, the
-  // loader's mmap method: common/fault_guard.h) and never checks a byte here then uses it again.
-  // (The loader also asks mincore which of its pages are cached, which reads no byte.)
-  // For zero-copy views whose user accepts that (tests).
-  const uint8_t* data() const;
-  // The private copy of the index the accessors decode (index_bytes() long, then the padding
-  // before the footer).
-  std::span<const uint8_t> index() const { return {index_.data(), index_.size()}; }
 
   uint32_t storage_count() const { return static_cast<uint32_t>(storages_.count); }
   uint64_t chunk_count() const { return chunks_.count; }
@@ -176,7 +171,11 @@ class Container {
     uint64_t count = 0;
     uint32_t record_bytes = 0;
   };
+  // zckpt's own readers reach the file and the index copy through format/container_file.h.
+  friend struct format::internal::ContainerFile;
   explicit Container(std::unique_ptr<MappedFile> file);
+  static std::unique_ptr<Container> OpenFile(const std::string& path);
+  static std::unique_ptr<Container> OpenObject(const std::string& url);
   // Spec §7, one step each (container_validate.cc, container_records.cc).
   void Validate();
   void ValidateSuperblock();
@@ -185,7 +184,6 @@ class Container {
   void ValidateStoragesAndChunks();
   void ValidateTensors();
   void ValidateBlobsAndMetadata();
-  void ReadChunkOnce(uint64_t i, void* dst, bool check) const;
   void ValidateStringRef(format::StringRef ref, const char* table, uint64_t record, const char* field) const;
   void BuildLookups();
   [[noreturn]] void Fail(ErrorKind kind, const std::string& what) const;

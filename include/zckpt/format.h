@@ -139,6 +139,8 @@ struct ChunkRecord {
   uint8_t codec = 0;
 };
 
+inline bool IsZstd(const ChunkRecord& r) { return r.codec == static_cast<uint8_t>(Codec::kZstd); }
+
 struct TensorRecord {
   StringRef name;
   uint32_t storage = 0;

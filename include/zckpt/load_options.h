@@ -33,16 +33,33 @@ inline unsigned DefaultReaderThreads() {
   return std::clamp(hw / 2, 2u, 8u);
 }
 
+// The defaults a load resolves its unset options to (ResolveLoadSizes), each with its reason.
+// A ring slot holds at least one chunk (a chunk is checked and decoded whole); 8 MiB per slot
+// keeps each copy long enough to hide a reader's wait.
+inline constexpr uint64_t kDefaultSlotBytes = 8ull << 20;
+// Ring slots: one per reader plus two being copied, and never fewer than this.
+inline constexpr unsigned kMinRingSlots = 4;
+// Raw bytes of one batch read straight into CPU destinations from a file: large, so that a
+// reader keeps several O_DIRECT reads in flight across a batch's storages when the file is not
+// cached.
+inline constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
+// The same from an object: each batch is one reader's ranged GETs, large enough to keep request
+// overhead small, small enough to spread over the connections.
+inline constexpr uint64_t kObjectBatchBytes = 16ull << 20;
+
 struct LoadOptions {
-  // Size of one ring slot. 0: max(chunk_bytes, 8 MiB). Rounded up to the file's chunk_bytes
-  // (a chunk is checked and decoded whole, so it must fit a slot). Many small chunks share a slot.
-  // Also the raw bytes of one batch read straight into CPU destinations (0: 64 MiB).
-  uint64_t slot_bytes = 0;
-  // Threads reading + checking chunks (>= 1): `zckpt load --threads`, Python's threads=. (Called
-  // reader_threads in 0.1.0: one concept, one name in the CLI, C++ and Python.)
-  unsigned threads = DefaultReaderThreads();
-  // Ring slots (>= 1): every reader one, plus two in copy. Unset (the default): max(4,
-  // threads + 2) of the threads the load runs with (RingSlots), so raising threads raises it.
+  // Each size below is unset by default and then resolved by ResolveLoadSizes; one that is set
+  // must be at least 1 (Error(kInvalidArgument) otherwise).
+  // Size of one ring slot, rounded up to 4 KiB and to the file's chunk_bytes (a chunk must fit
+  // a slot); many small chunks share a slot. Unset: max(chunk_bytes, kDefaultSlotBytes). Set, it
+  // is also the raw bytes of one batch read straight into CPU destinations (finer progress and
+  // cancel steps).
+  std::optional<uint64_t> slot_bytes;
+  // Threads reading and checking chunks: `zckpt load --threads`, Python's threads=. Unset:
+  // DefaultReaderThreads(), and from an object at least the connections it asks for
+  // (ZCKPT_S3_CONNECTIONS).
+  std::optional<unsigned> threads;
+  // Ring slots. Unset: max(kMinRingSlots, threads + 2) of the threads the load runs with.
   std::optional<unsigned> slots;
   bool verify = true;           // check each chunk's XXH3 (zstd frames are always checked whole)
   // Load: also build TensorSet::tree from the kept object pickle (a malformed pickle is then an
@@ -60,7 +77,7 @@ struct LoadOptions {
   // off forces every byte through the ring. Small storages are always packed into slots.
   bool cpu_read_into_destination = true;
   // With kAuto/kPread: bytes read straight into CPU destinations that are not in the page cache
-  // (mincore) are read with O_DIRECT, four 8 MiB reads in flight per reader thread, instead of
+  // (mincore) are read with O_DIRECT, eight 8 MiB reads in flight per reader thread, instead of
   // buffered reads (which read ahead in small requests: ~3x slower cold here). Cached bytes are
   // still copied from the page cache. Off: always through the page cache.
   bool direct_when_uncached = true;
@@ -70,22 +87,33 @@ struct LoadOptions {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// The ring slots a load with `o` uses (at most: never more than batches that need a slot).
-inline unsigned RingSlots(const LoadOptions& o) { return o.slots ? *o.slots : std::max(4u, o.threads + 2); }
+// What a load runs with once every option is resolved; LoadStats reports it.
+struct LoadSizes {
+  unsigned threads = 0;
+  unsigned slots = 0;        // at most: a load never makes more than its batches need
+  uint64_t slot_bytes = 0;
+  uint64_t batch_bytes = 0;  // raw bytes of a batch read straight into CPU destinations
+};
+
+// The one resolver of a load's sizes, for a file whose chunks are `chunk_bytes`;
+// `object_connections`: the connections an object asks for (0: a local file). Throws
+// Error(kInvalidArgument) for an option set to 0.
+LoadSizes ResolveLoadSizes(const LoadOptions& o, uint64_t chunk_bytes, unsigned object_connections = 0);
 
 struct LoadStats {
   uint64_t raw_bytes = 0;     // bytes delivered into destinations (decoded)
   uint64_t stored_bytes = 0;  // bytes of chunks read from the file
   uint64_t chunks = 0;        // chunks read
-  uint64_t direct_chunks = 0; // of which read straight into a CPU destination
+  uint64_t destination_chunks = 0; // of which read straight into a CPU destination
   uint64_t uncached_bytes = 0; // of those, bytes read with O_DIRECT (not in the page cache)
   uint64_t batches = 0;       // units of work (a slot's worth of chunks)
   uint64_t storages = 0;
   uint64_t tensors = 0;
   uint64_t ring_bytes = 0;    // host memory of the ring (0 when nothing needed a slot)
-  uint64_t slot_bytes = 0;
-  unsigned slots = 0;
-  unsigned threads = 0;
+  uint64_t slot_bytes = 0;    // as resolved (LoadSizes)
+  uint64_t batch_bytes = 0;   // as resolved (LoadSizes)
+  unsigned slots = 0;         // slots made (at most the resolved count)
+  unsigned threads = 0;       // reader threads run
   ReadMethod method = ReadMethod::kAuto;  // the method actually used
   bool verified = false;
   double seconds = 0;         // wall time of the whole call

@@ -42,10 +42,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "zckpt/format.h"
 #include "zckpt/load_options.h"
 
 namespace zckpt {
@@ -57,8 +60,8 @@ struct TensorMeta {
   std::string storage_key;
   uint32_t flags = 0;  // format::kTensor* bits as stored
   std::string extra;   // the record's JSON (DTensor, ShardedTensor, ...), empty when none
-  bool requires_grad() const { return flags & 1u; }
-  bool is_parameter() const { return flags & 2u; }  // torch.nn.Parameter in the original
+  bool requires_grad() const { return flags & format::kTensorRequiresGrad; }
+  bool is_parameter() const { return flags & format::kTensorParameter; }  // torch.nn.Parameter in the original
 };
 
 // Tensors rebuilt as views of their storages: tensors sharing a storage share memory.
@@ -89,10 +92,14 @@ struct TensorSet {
   c10::IValue tree;
   // The tensor called `name`; Error(kInvalidArgument) when there is none.
   at::Tensor get(const std::string& name) const;
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  bool contains(const std::string& name) const { return find(name).has_value(); }
+  // Where the tensor called `name` is in `tensors` (and `meta`), if there is one.
+  std::optional<size_t> find(std::string_view name) const;
+  // Appends a tensor with its meta, found by name from then on: how the loader fills a set.
+  void add(std::string name, at::Tensor tensor, TensorMeta meta);
 
-  // Filled by the loader; name -> position in `tensors`.
-  std::map<std::string, size_t, std::less<>> index_;
+ private:
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in `tensors`
 };
 
 struct LoadResult : TensorSet {
@@ -203,29 +210,5 @@ MapResult Map(const Container& container, const MapOptions& options = {});  // t
 // The mapped storages only (no views; quantized tensors are no obstacle): for the Python module.
 MapResult MapStorages(const std::string& path, const MapOptions& options = {});
 MapResult MapStorages(const Container& container, const MapOptions& options = {});
-
-// Measurement helpers shared by `zckpt load`, the tests and the benchmarks.
-struct HostMemory {
-  uint64_t rss = 0;   // VmRSS, bytes
-  uint64_t peak = 0;  // VmHWM, bytes
-};
-HostMemory ReadHostMemory();  // from /proc/self/status; zeros where unavailable
-// Resets VmHWM to the current RSS (writes 5 to /proc/self/clear_refs); false when refused.
-bool ResetHostPeak();
-
-// On a nearly full card what decides success is what the caching allocator reserves (its
-// segments, rounded up) and what the driver has left (cudaMemGetInfo), not the bytes in tensors:
-// report all three.
-struct DeviceMemory {
-  bool available = false;  // false without CUDA (build or device)
-  uint64_t allocated = 0;       // torch caching allocator: bytes in tensors
-  uint64_t peak_allocated = 0;  // since the last ResetDevicePeak
-  uint64_t reserved = 0;        // segments the allocator holds (allocated + cached + rounding)
-  uint64_t peak_reserved = 0;   // since the last ResetDevicePeak
-  uint64_t free = 0, total = 0; // cudaMemGetInfo: the whole device, every process
-};
-DeviceMemory ReadDeviceMemory(int device);
-void ResetDevicePeak(int device);
-bool CudaAvailable();  // built with CUDA and at least one device present
 
 }  // namespace zckpt

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ struct TensorInfo;
 struct TensorStreamOptions {
   LoadOptions load;           // verify (each chunk as it is read), threads, ring, allow_globals
   bool verify_first = false;  // Container::Verify at construction: Error(kCorrupt) listing problems
-  unsigned verify_threads = 0;  // for verify_first; 0: hardware concurrency
+  std::optional<unsigned> verify_threads;  // for verify_first, as VerifyOptions::threads
 };
 
 class TensorStream {

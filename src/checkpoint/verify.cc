@@ -71,7 +71,7 @@ VerifyProblem Problem(ErrorKind kind, std::string message, ErrorPlace place) {
 
 VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
   VerifyOptions opt;
-  opt.threads = options.threads;
+  if (options.threads) opt.threads = options.threads;  // 0: unset
   opt.progress = options.progress;
   return opt;
 }

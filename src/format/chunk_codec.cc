@@ -27,14 +27,14 @@ ZSTD_CCtx* ThreadCCtx() {
 // Any frame window zstd can express is accepted (the content size bounds memory, see the header).
 constexpr int kWindowLogMax = ZSTD_WINDOWLOG_MAX_64;
 
-// The frame-level rules that can be read from the header alone.
-std::string CheckFrameHeader(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes) {
+// The frame-level rules that can be read from the header alone: what breaks one, if any does.
+std::optional<std::string> FrameHeaderFault(const uint8_t* stored, uint64_t stored_bytes, uint64_t raw_bytes) {
   unsigned long long content = ZSTD_getFrameContentSize(stored, stored_bytes);
   if (content == ZSTD_CONTENTSIZE_ERROR) return "not a zstd frame";
   if (content == ZSTD_CONTENTSIZE_UNKNOWN) return "zstd frame does not declare its content size";
   if (content != raw_bytes)
     return "zstd frame declares " + std::to_string(content) + " bytes, chunk has " + std::to_string(raw_bytes);
-  return "";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -49,6 +49,7 @@ Xxh3Stream::Xxh3Stream() : s_(std::make_unique<State>()) {
   XXH3_64bits_reset(s_->state);
 }
 Xxh3Stream::~Xxh3Stream() = default;
+void Xxh3Stream::Reset() { XXH3_64bits_reset(s_->state); }
 void Xxh3Stream::Update(const void* p, size_t n) { XXH3_64bits_update(s_->state, p, n); }
 uint64_t Xxh3Stream::Digest() const { return XXH3_64bits_digest(s_->state); }
 
@@ -75,11 +76,13 @@ bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>
   return true;
 }
 
-std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes) {
-  thread_local ZstdChunkChecker decoder;
-  decoder.Begin(stored_bytes, raw_bytes, dst);
-  decoder.Feed(stored, stored_bytes);
-  return decoder.Finish();
+std::string ChunkFault::Describe() const {
+  switch (kind) {
+    case Kind::kStoredChecksum: return ChecksumMismatch("stored", expected, got);
+    case Kind::kRawChecksum: return ChecksumMismatch("raw", expected, got);
+    case Kind::kFrame: return frame;
+  }
+  return frame;
 }
 
 struct ZstdChunkChecker::State {
@@ -91,7 +94,7 @@ struct ZstdChunkChecker::State {
   uint64_t stored_bytes = 0, raw_bytes = 0, produced = 0;
   std::vector<uint8_t> header;  // the frame header, gathered until it can be checked whole
   bool header_checked = false, frame_done = false;
-  std::string error;
+  std::optional<std::string> fault;  // what is wrong with the frame, once something is
   ~State() {
     ZSTD_freeDStream(ds);
     XXH3_freeState(hash);
@@ -123,7 +126,7 @@ void ZstdChunkChecker::Begin(uint64_t stored_bytes, uint64_t raw_bytes, uint8_t*
   s.header.clear();
   s.header_checked = false;
   s.frame_done = false;
-  s.error.clear();
+  s.fault.reset();
 }
 
 void ZstdChunkChecker::Feed(const uint8_t* piece, size_t n) {
@@ -138,7 +141,7 @@ void ZstdChunkChecker::Feed(const uint8_t* piece, size_t n) {
     n -= take;
     if (s.header.size() < want) return;
     s.header_checked = true;
-    if (s.error.empty()) s.error = CheckFrameHeader(s.header.data(), s.header.size(), s.raw_bytes);
+    if (!s.fault) s.fault = FrameHeaderFault(s.header.data(), s.header.size(), s.raw_bytes);
     Decode(s.header.data(), s.header.size());
   }
   Decode(piece, n);
@@ -150,9 +153,9 @@ void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
   // Loop while input remains, or while the last call filled the window (zstd may then still
   // hold decoded bytes of the input it has consumed).
   bool window_full = false;
-  while (s.error.empty() && (in.pos < in.size || (window_full && !s.frame_done))) {
+  while (!s.fault && (in.pos < in.size || (window_full && !s.frame_done))) {
     if (s.frame_done) {
-      s.error = "data after the end of the zstd frame";
+      s.fault = "data after the end of the zstd frame";
       return;
     }
     if (s.dst != nullptr) {
@@ -162,7 +165,7 @@ void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
       const size_t in_before = in.pos;
       size_t r = ZSTD_decompressStream(s.ds, &out, &in);
       if (ZSTD_isError(r)) {
-        s.error = std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
+        s.fault = std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
         return;
       }
       const bool progress = in.pos != in_before || out.pos != s.produced;
@@ -170,7 +173,7 @@ void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
       if (r == 0) {
         s.frame_done = true;
       } else if (!progress) {  // output full, the frame wants room for more
-        s.error = "zstd frame decodes to more than the chunk's " + std::to_string(s.raw_bytes) + " bytes";
+        s.fault = "zstd frame decodes to more than the chunk's " + std::to_string(s.raw_bytes) + " bytes";
         return;
       }
       window_full = false;
@@ -179,12 +182,12 @@ void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
     ZSTD_outBuffer out = {s.window.data(), s.window.size(), 0};
     size_t r = ZSTD_decompressStream(s.ds, &out, &in);
     if (ZSTD_isError(r)) {
-      s.error = std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
+      s.fault = std::string("bad zstd frame: ") + ZSTD_getErrorName(r);
       return;
     }
     s.produced += out.pos;
     if (s.produced > s.raw_bytes) {
-      s.error = "zstd frame decodes to more than the chunk's " + std::to_string(s.raw_bytes) + " bytes";
+      s.fault = "zstd frame decodes to more than the chunk's " + std::to_string(s.raw_bytes) + " bytes";
       return;
     }
     XXH3_64bits_update(s.hash, s.window.data(), out.pos);
@@ -193,17 +196,19 @@ void ZstdChunkChecker::Decode(const uint8_t* piece, size_t n) {
   }
 }
 
-std::string ZstdChunkChecker::Finish(uint64_t raw_checksum) {
+std::optional<ChunkFault> ZstdChunkChecker::Finish(uint64_t raw_checksum) {
   State& s = *s_;
-  if (!s.error.empty()) return s.error;
-  if (!s.header_checked) return "not a zstd frame (shorter than a frame header)";
-  if (!s.frame_done) return "zstd frame is cut short by the end of the chunk";
+  auto frame = [](std::string why) { return ChunkFault{ChunkFault::Kind::kFrame, 0, 0, std::move(why)}; };
+  if (s.fault) return frame(*s.fault);
+  if (!s.header_checked) return frame("not a zstd frame (shorter than a frame header)");
+  if (!s.frame_done) return frame("zstd frame is cut short by the end of the chunk");
   if (s.produced != s.raw_bytes)
-    return "zstd frame decodes to " + std::to_string(s.produced) + " bytes, chunk has " + std::to_string(s.raw_bytes);
-  if (s.dst != nullptr) return "";
+    return frame("zstd frame decodes to " + std::to_string(s.produced) + " bytes, chunk has " +
+                 std::to_string(s.raw_bytes));
+  if (s.dst != nullptr) return std::nullopt;
   uint64_t got = XXH3_64bits_digest(s.hash);
-  if (got != raw_checksum) return ChecksumMismatch("raw", raw_checksum, got);
-  return "";
+  if (got != raw_checksum) return ChunkFault{ChunkFault::Kind::kRawChecksum, raw_checksum, got, {}};
+  return std::nullopt;
 }
 
 }  // namespace zckpt::format::internal

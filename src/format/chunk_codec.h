@@ -1,11 +1,11 @@
-// Codec 1 (zstd) of spec §5.2 for one chunk: compress with a raw fallback, decode into a
-// caller's buffer, and a streaming check for the verifier.
+// Codec 1 (zstd) of spec §5.2 for one chunk: compress with a raw fallback, and the streaming
+// decoder every check of a zstd chunk runs (through format/chunk_check.h).
 //
 // Every decode insists on what the spec makes a chunk: exactly one zstd frame spanning all of
 // stored_bytes, whose header declares raw_bytes as its content size and which decodes to
-// exactly that many bytes. Loading (DecodeChunk, into the destination) and verifying
-// (ZstdChunkChecker, through a small window) run the same streaming decoder with the same
-// parameters, so a frame one accepts the other accepts: any window size zstd can express
+// exactly that many bytes. Loading (into the destination) and verifying (through a small
+// window) run the same streaming decoder with the same parameters, so a frame one accepts the
+// other accepts: any window size zstd can express
 // (windowLogMax 31; the header's content size, checked equal to raw_bytes <= chunk_bytes <= 2^30
 // before a byte is decoded, bounds what the decoder allocates), and the output never runs past
 // raw_bytes. Callers pass stored bytes they own (copied out of the file), never the shared
@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,18 +26,15 @@ namespace zckpt::format::internal {
 // per-thread compression context.
 bool CompressChunk(const uint8_t* src, size_t n, int level, std::vector<uint8_t>* out);
 
-// Decodes a stored zstd chunk into dst (raw_bytes). Returns "" on success, else why the frame
-// is bad. Uses a per-thread ZstdChunkChecker writing straight into dst (no window copy).
-std::string DecodeChunk(const uint8_t* stored, uint64_t stored_bytes, uint8_t* dst, uint64_t raw_bytes);
-
 // XXH3-64 over bytes fed in pieces; the state is freed however the scope ends (a read that
-// throws half way included).
+// throws half way included). Update allocates nothing (safe under the SIGBUS guard).
 class Xxh3Stream {
  public:
   Xxh3Stream();
   ~Xxh3Stream();
   Xxh3Stream(const Xxh3Stream&) = delete;
   Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void Reset();
   void Update(const void* p, size_t n);
   uint64_t Digest() const;
 
@@ -45,11 +43,26 @@ class Xxh3Stream {
   std::unique_ptr<State> s_;
 };
 
-// Decodes a zstd chunk fed in pieces through a small window, hashing the output, so checking a
-// chunk needs memory independent of its size.
 // "<what> checksum mismatch (index says 0123..., bytes hash to 4567...)".
 std::string ChecksumMismatch(const char* what, uint64_t expected, uint64_t got);
 
+// Why a chunk's bytes are refused: one kind per failure, with its data.
+struct ChunkFault {
+  enum class Kind {
+    kStoredChecksum,  // the stored bytes hash to `got`, the record says `expected`
+    kRawChecksum,     // a zstd chunk's decoded bytes hash to `got`, the record says `expected`
+    kFrame,           // the stored bytes are not one zstd frame decoding to raw_bytes: `frame` says how
+  };
+  Kind kind = Kind::kFrame;
+  uint64_t expected = 0, got = 0;  // the checksum kinds
+  std::string frame;               // kFrame
+  // "stored checksum mismatch (index says ..., bytes hash to ...)", or the frame's fault.
+  std::string Describe() const;
+};
+
+// Decodes a zstd chunk fed in pieces, either straight into a destination or through a small
+// window whose output it hashes, so checking a chunk needs memory independent of its size.
+// (format/chunk_check.h's ChunkChecker drives it; nothing else should.)
 class ZstdChunkChecker {
  public:
   ZstdChunkChecker();
@@ -64,9 +77,9 @@ class ZstdChunkChecker {
   // Feeds the next piece of the stored range, in order, in pieces of any size: the frame header
   // is gathered and checked before anything is decoded.
   void Feed(const uint8_t* piece, size_t n);
-  // "" when the frame ended exactly at the last stored byte and decoded to raw_bytes bytes
-  // (whose XXH3 is raw_checksum, in window mode), else why not.
-  std::string Finish(uint64_t raw_checksum = 0);
+  // Nothing when the frame ended exactly at the last stored byte and decoded to raw_bytes bytes
+  // (whose XXH3 is raw_checksum, in window mode), else the fault.
+  std::optional<ChunkFault> Finish(uint64_t raw_checksum = 0);
 
  private:
   void Decode(const uint8_t* piece, size_t n);

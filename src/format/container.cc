@@ -10,9 +10,10 @@
 
 #include "common/mapped_file.h"
 #include "format/bytes.h"
-#include "format/record_codec.h"
-#include "format/chunk_codec.h"
+#include "format/chunk_check.h"
 #include "format/layout.h"
+#include "format/record_codec.h"
+#include "format/refetch.h"
 #include "remote/s3.h"
 
 namespace zckpt {
@@ -20,25 +21,27 @@ namespace zckpt {
 using format::internal::Load64;
 
 std::unique_ptr<Container> Container::Open(const std::string& path) {
-  if (!remote::IsObjectUrl(path)) {
-    std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(path)));
-    c->Validate();
-    return c;
-  }
-  // s3://bucket/key: the object, pinned at open (its ETag), read with ranged GETs. Superblock,
-  // footer and index that fail their checks may have been damaged on the way: opened again
-  // (a fresh HEAD, fresh reads) a few times before the error stands.
+  return remote::IsObjectUrl(path) ? OpenObject(path) : OpenFile(path);
+}
+
+std::unique_ptr<Container> Container::OpenFile(const std::string& path) {
+  std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(path)));
+  c->Validate();
+  return c;
+}
+
+std::unique_ptr<Container> Container::OpenObject(const std::string& url) {
+  // The object is pinned at open (its ETag) and read with ranged GETs. A superblock, footer or
+  // index failing its checks may have been damaged on the way: the object is opened again (a
+  // fresh HEAD, fresh reads) while the refetch rule allows.
   for (unsigned attempt = 1;; ++attempt) {
-    auto file = std::make_unique<MappedFile>(remote::OpenObject(path));
-    const ByteSource& source = *file->remote();
-    std::unique_ptr<Container> c(new Container(std::move(file)));
+    std::unique_ptr<Container> c(new Container(std::make_unique<MappedFile>(remote::OpenObject(url))));
     try {
       c->Validate();
       return c;
     } catch (const Error& e) {
-      if ((e.kind() != ErrorKind::kCorrupt && e.kind() != ErrorKind::kNotContainer) || attempt >= source.refetch_attempts())
-        throw;
-      source.BackoffBeforeRetry(attempt);
+      const bool damaged = e.kind() == ErrorKind::kCorrupt || e.kind() == ErrorKind::kNotContainer;
+      if (!damaged || !format::internal::Refetch(c->file_->remote()).Again(attempt)) throw;
     }
   }
 }
@@ -54,7 +57,6 @@ Container::~Container() = default;
 
 const std::string& Container::path() const { return file_->path(); }
 uint64_t Container::file_bytes() const { return file_->size(); }
-const uint8_t* Container::data() const { return file_->data(); }
 
 void Container::Fail(ErrorKind kind, const std::string& what) const { throw Error(kind, path() + ": " + what); }
 
@@ -84,7 +86,7 @@ StorageInfo Container::storage(uint32_t i) const {
   // All-raw chunks of a storage lie back to back (a rule the reader checked), so one view does.
   s.contiguous = true;
   for (uint64_t k = 0; k < r.chunk_count && s.contiguous; ++k)
-    s.contiguous = chunk(r.first_chunk + k).codec == static_cast<uint8_t>(format::Codec::kNone);
+    s.contiguous = !format::IsZstd(chunk(r.first_chunk + k));
   s.data_offset = r.chunk_count ? chunk(r.first_chunk).offset : 0;
   return s;
 }
@@ -168,8 +170,9 @@ std::vector<uint32_t> Container::TensorsOfStorage(uint32_t s) const {
 
 namespace {
 
-// Raw bytes are hashed in pieces this size right after each lands, while still in cache.
-constexpr uint64_t kHashPiece = 512 << 10;
+using format::internal::ChunkFault;
+using format::internal::kHashPiece;
+
 // A per-thread buffer above this is given back after use rather than kept for the next chunk.
 constexpr uint64_t kKeepScratch = 64ull << 20;
 
@@ -177,6 +180,35 @@ constexpr uint64_t kKeepScratch = 64ull << 20;
 std::vector<uint8_t>& ThreadScratch() {
   thread_local std::vector<uint8_t> scratch;
   return scratch;
+}
+
+// Reads chunk `c` of `file` into dst once, every byte fed to the chunk checker: a raw chunk
+// straight into dst, each piece checked where it landed (what is checked is exactly what the
+// caller gets, whatever the file holds by now); a zstd chunk's stored bytes copied once into
+// private memory, which the checksum and the decoder both read, the decoder writing at most
+// raw_bytes into dst. The chunk's fault, if it has one; Error(kIo) when the file shrank.
+std::optional<ChunkFault> ReadChunkOnce(const MappedFile& file, const format::ChunkRecord& c, uint8_t* dst, bool check) {
+  thread_local format::internal::ChunkChecker checker;
+  if (!format::IsZstd(c)) {
+    checker.Begin(c, nullptr, check);
+    const uint64_t piece = file.remote() ? c.raw_bytes : kHashPiece;  // an object: one ranged GET
+    for (uint64_t at = 0; at < c.raw_bytes; at += piece) {
+      const uint64_t n = std::min(piece, c.raw_bytes - at);
+      file.ReadAt(c.offset + at, n, dst + at);
+      checker.Feed(dst + at, n);
+    }
+    return checker.Finish();
+  }
+  std::vector<uint8_t>& stored = ThreadScratch();
+  struct GiveBack {  // however the read ends
+    std::vector<uint8_t>& v;
+    ~GiveBack() {
+      if (v.capacity() > kKeepScratch) std::vector<uint8_t>().swap(v);
+    }
+  } give_back{stored};
+  stored.resize(c.stored_bytes);
+  file.ReadAt(c.offset, c.stored_bytes, stored.data());
+  return checker.Check(c, stored.data(), dst, check);
 }
 
 }  // namespace
@@ -190,73 +222,14 @@ std::vector<uint8_t> Container::CheckedBlobBytes(const BlobInfo& b) const {
 }
 
 void Container::ReadChunk(uint64_t i, void* dst, bool check) const {
-  // A remote chunk whose bytes fail their checksum (or whose frame does not decode) may have been
-  // damaged on the way: fetched again, that chunk alone, after a backoff; refused when it
-  // persists.
-  const ByteSource* remote = file_->remote();
-  const unsigned attempts = remote && check ? remote->refetch_attempts() : 1;
-  for (unsigned attempt = 1;; ++attempt) {
-    try {
-      return ReadChunkOnce(i, dst, check);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kCorrupt || attempt >= attempts) {
-        if (e.kind() == ErrorKind::kCorrupt && attempts > 1)
-          throw Error(ErrorKind::kCorrupt, std::string(e.what()) + " (the same after " + std::to_string(attempts) +
-                                               " fetches of the chunk)");
-        throw;
-      }
-      remote->BackoffBeforeRetry(attempt);
-    }
-  }
-}
-
-void Container::ReadChunkOnce(uint64_t i, void* dst, bool check) const {
   const format::ChunkRecord c = chunk(i);  // from the private index: every size below is checked
-  auto* out = static_cast<uint8_t*>(dst);
-  auto fail = [&](const std::string& why) { throw Error(ErrorKind::kCorrupt, DescribeChunk(i) + ": " + why); };
-  if (c.codec == static_cast<uint8_t>(format::Codec::kNone)) {
-    // Straight into dst, each piece hashed where it landed: the checksum covers exactly the
-    // bytes the caller gets, whatever the file holds by now.
-    uint64_t got;
-    if (c.raw_bytes <= kHashPiece || file_->remote()) {  // remote: one ranged GET per chunk
-      file_->ReadAt(c.offset, c.raw_bytes, out);
-      if (!check) return;
-      got = format::Checksum(out, c.raw_bytes);
-    } else {
-      std::optional<format::internal::Xxh3Stream> h;
-      if (check) h.emplace();
-      for (uint64_t at = 0; at < c.raw_bytes; at += kHashPiece) {
-        uint64_t n = std::min(kHashPiece, c.raw_bytes - at);
-        file_->ReadAt(c.offset + at, n, out + at);
-        if (check) h->Update(out + at, n);
-      }
-      if (!check) return;
-      got = h->Digest();
-    }
-    if (got != c.stored_checksum) fail(format::internal::ChecksumMismatch("stored", c.stored_checksum, got));
-    return;
+  const format::internal::Refetch refetch(check ? file_->remote() : nullptr);
+  for (unsigned attempt = 1;; ++attempt) {
+    std::optional<ChunkFault> fault = ReadChunkOnce(*file_, c, static_cast<uint8_t*>(dst), check);
+    if (!fault) return;
+    if (!refetch.Again(attempt))
+      throw ChunkError(ErrorKind::kCorrupt, i, fault->Describe() + refetch.Persisted(" of the chunk"));
   }
-  // zstd: the stored bytes are copied once into private memory; the checksum and the decoder
-  // both read that copy, and the decoder writes at most raw_bytes (from the index) into dst.
-  std::vector<uint8_t>& stored = ThreadScratch();
-  stored.resize(c.stored_bytes);
-  std::string why;
-  try {
-    file_->ReadAt(c.offset, c.stored_bytes, stored.data());
-    if (check) {
-      uint64_t got = format::Checksum(stored.data(), c.stored_bytes);
-      if (got != c.stored_checksum) why = format::internal::ChecksumMismatch("stored", c.stored_checksum, got);
-    }
-    if (why.empty()) why = format::internal::DecodeChunk(stored.data(), c.stored_bytes, out, c.raw_bytes);
-  } catch (...) {
-    if (stored.capacity() > kKeepScratch) std::vector<uint8_t>().swap(stored);
-    throw;
-  }
-  if (stored.capacity() > kKeepScratch) std::vector<uint8_t>().swap(stored);
-  if (!why.empty()) fail(why);
-  if (!check) return;
-  uint64_t got = format::Checksum(out, c.raw_bytes);
-  if (got != c.raw_checksum) fail(format::internal::ChecksumMismatch("raw", c.raw_checksum, got));
 }
 
 ErrorPlace Container::ChunkPlace(uint64_t i) const {

@@ -10,11 +10,9 @@
 // so a file truncated meanwhile ends in Error(kIo) naming it, not a SIGBUS; a file rewritten
 // meanwhile changes at most the verdict, since nothing checked is read twice. A zstd chunk is
 // read twice (hashed and decoded), so its pieces are first copied (guarded) into a per-thread
-// buffer and both read that copy: the checksum and the decoder see the same bytes. (Reading
-// everything with pread instead measured 10-14% more CPU for `zckpt verify` of a 1 GiB file
-// here.) Pages are released behind the scan so verifying a file larger than RAM keeps the
+// buffer and both read that copy: the checksum and the decoder see the same bytes (reading
+// everything with pread costs more CPU: src/format/README.md). Pages are released behind the scan so verifying a file larger than RAM keeps the
 // resident set to a few slices per thread.
-#include "format/xxh3.h"
 
 #include <algorithm>
 #include <exception>
@@ -24,7 +22,9 @@
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
 #include "format/bytes.h"
-#include "format/chunk_codec.h"
+#include "format/chunk_check.h"
+#include "format/container_file.h"
+#include "format/refetch.h"
 #include "zckpt/container.h"
 
 namespace zckpt {
@@ -33,9 +33,11 @@ namespace {
 
 using format::internal::AllZero;
 using format::internal::ChecksumMismatch;
+using format::internal::ChunkChecker;
+using format::internal::ChunkFault;
+using format::internal::ContainerFile;
 using format::internal::FirstNonZero;
 using format::internal::Xxh3Stream;
-using format::internal::ZstdChunkChecker;
 
 constexpr uint64_t kSliceBytes = 4ull << 20;  // between progress/cancel checks and page releases
 constexpr uint64_t kCopyBytes = 1ull << 20;   // a zstd chunk's pieces, copied then hashed in cache
@@ -62,7 +64,7 @@ class Verifier {
 
  private:
   void Worker(uint64_t begin, uint64_t end, std::vector<Found>* out);
-  void CheckChunk(const Region& r, ZstdChunkChecker* zstd, std::vector<Found>* out);
+  void CheckChunk(const Region& r, ChunkChecker* checker, std::vector<Found>* out);
   void CheckBlob(const Region& r, std::vector<Found>* out);
   void CheckGap(uint64_t gap_begin, uint64_t gap_end, uint64_t from, uint64_t to, std::vector<Found>* out);
   // Calls fn(piece, len) over [offset, offset+n) of the mapping slice by slice, releasing each
@@ -102,12 +104,12 @@ template <typename Fn>
 void Verifier::Scan(uint64_t offset, uint64_t n, bool copy, Fn&& fn) {
   bool going = true;
   for (uint64_t at = 0; at < n;) {
-    const uint64_t len = std::min(copy || c_.file().remote() ? kCopyBytes : kSliceBytes, n - at);
-    const uint8_t* mapped = c_.data() + offset + at;
-    if (going && !Cancelled() && c_.file().remote()) {
+    const uint64_t len = std::min(copy || ContainerFile::Of(c_).remote() ? kCopyBytes : kSliceBytes, n - at);
+    const uint8_t* mapped = ContainerFile::Data(c_) + offset + at;
+    if (going && !Cancelled() && ContainerFile::Of(c_).remote()) {
       // An object: no mapping; the bytes come by ranged GET into the thread's buffer.
       uint8_t* buffer = ThreadBuffer();
-      c_.file().ReadAt(offset + at, len, buffer);
+      ContainerFile::Of(c_).ReadAt(offset + at, len, buffer);
       going = fn(buffer, len);
     } else if (going && !Cancelled()) {
       bool shrank;
@@ -121,7 +123,7 @@ void Verifier::Scan(uint64_t offset, uint64_t n, bool copy, Fn&& fn) {
       }
       if (shrank) throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), offset + at, offset + at + len));
     }
-    c_.file().Release(offset + at, len);
+    ContainerFile::Of(c_).Release(offset + at, len);
     Progress(len);
     at += len;
   }
@@ -129,21 +131,19 @@ void Verifier::Scan(uint64_t offset, uint64_t n, bool copy, Fn&& fn) {
 
 template <typename Check>
 void Verifier::Refetching(uint64_t bytes, uint64_t chunks, std::vector<Found>* out, Check&& check) {
-  const ByteSource* remote = c_.file().remote();
-  const unsigned attempts = remote ? remote->refetch_attempts() : 1;
+  const format::internal::Refetch refetch(ContainerFile::Of(c_).remote());
   for (unsigned attempt = 1;; ++attempt) {
     std::vector<Found> found;
     check(&found);
-    if (found.empty() || attempt >= attempts || Cancelled()) {
+    if (found.empty() || Cancelled() || !refetch.Again(attempt)) {
       for (Found& f : found) {
-        if (attempts > 1) f.problem.message += " (the same after " + std::to_string(attempts) + " fetches)";
+        f.problem.message += refetch.Persisted();
         out->push_back(std::move(f));
       }
       return;
     }
     done_.fetch_sub(bytes, std::memory_order_relaxed);  // counted again by the next pass
     chunks_checked_.fetch_sub(chunks, std::memory_order_relaxed);
-    remote->BackoffBeforeRetry(attempt);
   }
 }
 
@@ -156,26 +156,20 @@ void Verifier::Progress(uint64_t bytes) {
   if (lock.owns_lock()) o_.progress(done_.load(), c_.file_bytes());
 }
 
-void Verifier::CheckChunk(const Region& r, ZstdChunkChecker* zstd, std::vector<Found>* out) {
+void Verifier::CheckChunk(const Region& r, ChunkChecker* checker, std::vector<Found>* out) {
   const uint64_t i = static_cast<uint64_t>(r.chunk);
   format::ChunkRecord ch = c_.chunk(i);
-  const bool is_zstd = ch.codec == static_cast<uint8_t>(format::Codec::kZstd);
-  Xxh3Stream hash;
-  if (is_zstd) zstd->Begin(ch.stored_bytes, ch.raw_bytes);
+  const bool is_zstd = format::IsZstd(ch);
+  checker->Begin(ch);
   // A zstd chunk is copied first: the hash and the decoder must read the same bytes.
   Scan(ch.offset, ch.stored_bytes, /*copy=*/is_zstd, [&](const uint8_t* p, uint64_t n) {
-    hash.Update(p, n);
-    if (is_zstd) zstd->Feed(p, n);
+    checker->Feed(p, n);
     return true;
   });
-  uint64_t got = hash.Digest();
   if (Cancelled()) return;
   chunks_checked_.fetch_add(1, std::memory_order_relaxed);
-  // A stored-checksum mismatch explains any decode failure, so it is the one reported.
-  std::string why = got != ch.stored_checksum ? ChecksumMismatch("stored", ch.stored_checksum, got)
-                    : is_zstd                  ? zstd->Finish(ch.raw_checksum)
-                                               : "";
-  if (!why.empty()) out->push_back({ch.offset, VerifyProblem::Of(c_.ChunkError(ErrorKind::kCorrupt, i, why))});
+  if (std::optional<ChunkFault> fault = checker->Finish())
+    out->push_back({ch.offset, VerifyProblem::Of(c_.ChunkError(ErrorKind::kCorrupt, i, fault->Describe()))});
 }
 
 void Verifier::CheckBlob(const Region& r, std::vector<Found>* out) {
@@ -217,7 +211,7 @@ void Verifier::CheckGap(uint64_t gap_begin, uint64_t gap_end, uint64_t from, uin
 }
 
 void Verifier::Worker(uint64_t begin, uint64_t end, std::vector<Found>* out) {
-  std::unique_ptr<ZstdChunkChecker> zstd;
+  ChunkChecker checker;
   auto first = std::lower_bound(regions_.begin(), regions_.end(), begin,
                                 [](const Region& r, uint64_t v) { return r.offset < v; });
   size_t i = static_cast<size_t>(first - regions_.begin());
@@ -231,9 +225,7 @@ void Verifier::Worker(uint64_t begin, uint64_t end, std::vector<Found>* out) {
     if (i >= regions_.size() || regions_[i].offset >= end || Cancelled()) break;
     const Region& r = regions_[i];
     if (r.chunk >= 0) {
-      if (!zstd && c_.chunk(static_cast<uint64_t>(r.chunk)).codec == static_cast<uint8_t>(format::Codec::kZstd))
-        zstd = std::make_unique<ZstdChunkChecker>();
-      Refetching(r.end - r.offset, 1, out, [&](std::vector<Found>* o) { CheckChunk(r, zstd.get(), o); });
+      Refetching(r.end - r.offset, 1, out, [&](std::vector<Found>* o) { CheckChunk(r, &checker, o); });
     } else {
       Refetching(r.end - r.offset, 0, out, [&](std::vector<Found>* o) { CheckBlob(r, o); });
     }
@@ -255,9 +247,10 @@ VerifyReport Verifier::Run() {
 
   const uint64_t data_bytes = data_end_ - format::kSuperblockBytes;
   done_ = c_.file_bytes() - data_bytes;  // superblock, index and footer were checked at open
-  unsigned threads = o_.threads ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  if (o_.threads == 0u) throw Error(ErrorKind::kInvalidArgument, "VerifyOptions::threads must be at least 1");
+  unsigned threads = o_.threads.value_or(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<unsigned>(std::clamp<uint64_t>(data_bytes / kMinBytesPerThread, 1, threads));
-  c_.file().AdviseSequential(format::kSuperblockBytes, data_bytes);
+  ContainerFile::Of(c_).AdviseSequential(format::kSuperblockBytes, data_bytes);
 
   std::vector<std::vector<Found>> found(threads);
   std::vector<std::exception_ptr> errors(threads);

@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/xxh3.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -19,13 +17,16 @@
 
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
-#include "format/chunk_codec.h"
+#include "format/chunk_check.h"
+#include "format/container_file.h"
 #include "loader/plan.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
 
 namespace zckpt::loader {
+
+using format::internal::ContainerFile;
 
 namespace {
 
@@ -58,7 +59,7 @@ int ReopenDirect(int fd) {
 
 ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify, bool direct_when_uncached)
     : c_(c), method_(method), verify_(verify) {
-  if (c_.file().remote()) {
+  if (ContainerFile::Of(c_).remote()) {
     // An object: no mapping, no descriptor; every chunk is one ranged GET (Container::ReadChunk,
     // which fetches a chunk failing its checksum again), each reader thread a connection.
     method_ = ReadMethod::kPread;
@@ -66,27 +67,27 @@ ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify, boo
     return;
   }
   if (method_ == ReadMethod::kMmap) {
-    c_.file().AdviseSequential(0, c_.file_bytes());
+    ContainerFile::Of(c_).AdviseSequential(0, c_.file_bytes());
     return;
   }
   // The container's own descriptor: the file whose index was validated, whatever the path names
   // by now (reopening the path could read another file, or block on a FIFO swapped in).
-  fd_ = c_.file().fd();
+  fd_ = ContainerFile::Of(c_).fd();
   if (fd_ < 0) throw Error(ErrorKind::kInvalidArgument, c_.path() + ": a container opened from memory has no file to read");
   if (method_ == ReadMethod::kDirect) {
-    direct_fd_ = ReopenDirect(fd_);
-    if (direct_fd_ >= 0) {
-      fd_ = direct_fd_;
+    o_direct_fd_ = ReopenDirect(fd_);
+    if (o_direct_fd_ >= 0) {
+      fd_ = o_direct_fd_;
     } else {
       method_ = ReadMethod::kPread;
       return;  // the filesystem refuses O_DIRECT: no uncached reads either
     }
   }
-  if (method_ == ReadMethod::kPread && direct_when_uncached) uncached_fd_ = direct_fd_ = ReopenDirect(fd_);
+  if (method_ == ReadMethod::kPread && direct_when_uncached) o_direct_fd_ = ReopenDirect(fd_);
 }
 
 ChunkReader::~ChunkReader() {
-  if (direct_fd_ >= 0) ::close(direct_fd_);
+  if (o_direct_fd_ >= 0) ::close(o_direct_fd_);
 }
 
 uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const {
@@ -96,9 +97,9 @@ uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) cons
     // The mapping is shared with whoever else has the file: a page past a truncation raises
     // SIGBUS, which GuardedCopy turns into this error. (Bytes rewritten meanwhile land in dst and
     // are hashed there, as with pread.)
-    if (!GuardedCopy(dst, c_.data() + offset, n)) throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), offset, offset + n));
+    if (!GuardedCopy(dst, ContainerFile::Data(c_) + offset, n)) throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), offset, offset + n));
     // Drop what was just copied so the mapping's resident pages stay bounded by what is in flight.
-    c_.file().Release(offset, n);
+    ContainerFile::Of(c_).Release(offset, n);
     return n;
   }
   return Pread(fd_, offset, len, dst);
@@ -111,7 +112,7 @@ uint64_t ChunkReader::Pread(int fd, uint64_t offset, uint64_t len, uint8_t* dst)
     if (n < 0) {
       if (errno == EINTR) continue;
       throw Error(ErrorKind::kIo, "cannot read " + c_.path() + " at " + std::to_string(offset + done) +
-                                      (fd == direct_fd_ ? " (O_DIRECT): " : ": ") + std::strerror(errno));
+                                      (fd == o_direct_fd_ ? " (O_DIRECT): " : ": ") + std::strerror(errno));
     }
     if (n == 0) break;  // end of file (an O_DIRECT span rounded past it, or a file that shrank)
     done += static_cast<uint64_t>(n);
@@ -121,32 +122,24 @@ uint64_t ChunkReader::Pread(int fd, uint64_t offset, uint64_t len, uint8_t* dst)
 
 namespace {
 
-// XXH3 of each needed chunk of a span, fed in file order as pieces of the span arrive.
-class SpanHasher {
+// The chunk checker fed each needed chunk of a span in file order, as pieces of the span arrive.
+class SpanChecker {
  public:
-  SpanHasher(const Container& c, const Destinations& d, uint64_t begin, uint64_t first, uint64_t last, bool verify)
+  SpanChecker(const Container& c, const Destinations& d, uint64_t begin, uint64_t first, uint64_t last, bool verify)
       : c_(c), d_(d), begin_(begin), next_(first), last_(last), verify_(verify) {
-    if (verify_ && (state_ = XXH3_createState()) == nullptr) throw std::bad_alloc();
     Advance();
   }
-  ~SpanHasher() { XXH3_freeState(state_); }
-  SpanHasher(const SpanHasher&) = delete;
-  SpanHasher& operator=(const SpanHasher&) = delete;
 
   // Span bytes [0, upto) are now in `dst`.
   void Feed(const uint8_t* dst, uint64_t upto) {
     while (next_ < last_) {
       uint64_t lo = std::max(fed_, rec_.offset - begin_), hi = std::min(upto, rec_.offset + rec_.raw_bytes - begin_);
       if (hi <= lo) break;
-      if (verify_) XXH3_64bits_update(state_, dst + lo, hi - lo);
+      checker_.Feed(dst + lo, hi - lo);
       fed_ = hi;
       if (hi < rec_.offset + rec_.raw_bytes - begin_) break;  // rest of this chunk still to come
-      if (verify_) {
-        uint64_t got = XXH3_64bits_digest(state_);
-        if (got != rec_.stored_checksum)
-          throw Error(ErrorKind::kCorrupt, c_.DescribeChunk(next_) + ": " +
-                                               format::internal::ChecksumMismatch("stored", rec_.stored_checksum, got));
-      }
+      if (std::optional<format::internal::ChunkFault> fault = checker_.Finish())
+        throw c_.ChunkError(ErrorKind::kCorrupt, next_, fault->Describe());
       ++next_;
       Advance();
     }
@@ -160,26 +153,26 @@ class SpanHasher {
     if (next_ >= last_) return;
     rec_ = c_.chunk(next_);
     fed_ = rec_.offset - begin_;
-    if (verify_) XXH3_64bits_reset(state_);
+    checker_.Begin(rec_, nullptr, verify_);
   }
 
   const Container& c_;
   const Destinations& d_;
   uint64_t begin_, next_, last_;
   bool verify_;
-  XXH3_state_t* state_ = nullptr;
+  format::internal::ChunkChecker checker_;
   format::ChunkRecord rec_;
-  uint64_t fed_ = 0;  // span bytes of the current chunk hashed so far end here
+  uint64_t fed_ = 0;  // span bytes of the current chunk fed so far end here
 };
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL and nothing changes
 #endif
 
-// Fresh destination memory costs a page fault per 4 KiB when the read first writes it; asking
-// the kernel to populate the whole range in one call measured ~30% cheaper (1.3 s -> 0.93 s per
-// GiB here), and fault cost is most of a CPU load's time (a 1 GiB load: 1.73 s -> 2.0 s without). Rounding out to whole pages is safe:
-// those pages are mapped (they hold dst's first and last bytes), and populating changes no byte.
+// Fresh destination memory costs a page fault per 4 KiB when the read first writes it: the
+// range is populated in one call first (src/loader/README.md has what it measured). Rounding out
+// to whole pages is safe: those pages are mapped (they hold dst's first and last bytes), and
+// populating changes no byte.
 void PopulateForWrite(uint8_t* dst, uint64_t len) {
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(dst) / page * page;
@@ -187,15 +180,10 @@ void PopulateForWrite(uint8_t* dst, uint64_t len) {
   (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 }
 
-// Small enough to still be in L2 when hashed right after the read; a multiple of 4 KiB for
-// O_DIRECT.
-constexpr uint64_t kReadPiece = 512 << 10;
+using format::internal::kHashPiece;
 
 // Bytes not in the page cache: O_DIRECT reads of this size, this many in flight per reader
-// thread, straight into the destination. Measured here, cold, 1.08 GiB: one 16 MiB read at a
-// time (dd) 1.0-1.25 GB/s, 4-8 reads of 8-16 MiB in flight up to 1.7 GB/s, buffered reads
-// 0.3-0.4 GB/s; a load with 2 readers x depth 2/4/8/16: 1.14-1.39 / 1.11-1.28 / 1.03-1.18 /
-// 1.01-1.25 s (dd 1.07-1.15 s in the same rounds).
+// thread, straight into the destination (the depth and size src/loader/README.md measured best).
 constexpr uint64_t kUncachedPiece = 8 << 20;
 constexpr size_t kUncachedDepth = 8;
 
@@ -203,21 +191,21 @@ constexpr size_t kUncachedDepth = 8;
 
 void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                            const Destinations& d) const {
-  SpanHasher hasher(c_, d, begin, first, last, verify_);
-  for (uint64_t at = 0; at < end - begin && !hasher.done();) {
-    uint64_t want = std::min(kReadPiece, end - begin - at);
+  SpanChecker checker(c_, d, begin, first, last, verify_);
+  for (uint64_t at = 0; at < end - begin && !checker.done();) {
+    uint64_t want = std::min(kHashPiece, end - begin - at);
     uint64_t got = ReadFile(begin + at, want, dst + at);
     at += got;
-    hasher.Feed(dst, at);
+    checker.Feed(dst, at);
     if (got < want) break;  // end of file
   }
-  if (!hasher.done())
-    throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), begin, end) + " (reading " + c_.DescribeChunk(hasher.pending()) + ")");
+  if (!checker.done())
+    throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), begin, end) + " (reading " + c_.DescribeChunk(checker.pending()) + ")");
 }
 
 void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
   if (remote_) return ReadRemote(b, plan, d, slot);
-  if (!b.in_slot) return ReadDirect(b, d);
+  if (!b.in_slot) return ReadIntoDestinations(b, d);
   if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
@@ -266,16 +254,16 @@ void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destination
       [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
         // One ranged GET for the run, then each chunk checked where it landed; one that fails
         // is fetched again alone (ReadChunk, which retries it and then names it).
-        c_.file().ReadAt(offset, len, dst);
+        ContainerFile::Of(c_).ReadAt(offset, len, dst);
+        thread_local format::internal::ChunkChecker checker;
         for (uint64_t k = first; k < last && verify_; ++k) {
           format::ChunkRecord n = c_.chunk(k);
-          if (format::Checksum(dst + (n.offset - offset), n.raw_bytes) != n.stored_checksum)
-            c_.ReadChunk(k, dst + (n.offset - offset), true);
+          if (checker.Check(n, dst + (n.offset - offset))) c_.ReadChunk(k, dst + (n.offset - offset), true);
         }
       });
 }
 
-void ChunkReader::ReadDirect(const Batch& b, const Destinations& d) const {
+void ChunkReader::ReadIntoDestinations(const Batch& b, const Destinations& d) const {
   std::vector<DestinationSpan> spans;
   ForEachRun(
       c_, b, d, [&](uint64_t i) { return d.of(i)[0].dst; },
@@ -297,14 +285,15 @@ bool ChunkReader::Resident(uint64_t offset, uint64_t len) const {
   vec.resize(pages);
   // The container's mapping of the file: mincore reads the page tables' view of the page cache
   // and touches no page.
-  if (mincore(const_cast<uint8_t*>(c_.data()) + first, pages * page, vec.data()) != 0) return true;  // unknown: buffered
+  if (mincore(const_cast<uint8_t*>(ContainerFile::Data(c_)) + first, pages * page, vec.data()) != 0) return true;  // unknown: buffered
   for (unsigned char v : vec)
     if ((v & 1) == 0) return false;
   return true;
 }
 
 uint64_t ChunkReader::UncachedLength(const DestinationSpan& s, uint64_t at, uint64_t window) const {
-  if (uncached_fd_ < 0) return 0;
+  // kDirect reads every range through o_direct_fd_ already; kPread has it only for uncached ranges.
+  if (method_ != ReadMethod::kPread || o_direct_fd_ < 0) return 0;
   // O_DIRECT wants memory, offset and length in whole blocks (4 KiB covers every device here);
   // the sub-block tail of a span goes through the page cache.
   if (reinterpret_cast<uintptr_t>(s.dst + at) % kDirectIoAlign != 0 || (s.begin + at) % kDirectIoAlign != 0) return 0;
@@ -314,13 +303,13 @@ uint64_t ChunkReader::UncachedLength(const DestinationSpan& s, uint64_t at, uint
 }
 
 void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans, const Destinations& d) const {
-  std::vector<std::unique_ptr<SpanHasher>> hashers;
-  hashers.reserve(spans.size());
+  std::vector<std::unique_ptr<SpanChecker>> checkers;
+  checkers.reserve(spans.size());
   for (const DestinationSpan& s : spans)
-    hashers.push_back(std::make_unique<SpanHasher>(c_, d, s.begin, s.first, s.last, verify_));
+    checkers.push_back(std::make_unique<SpanChecker>(c_, d, s.begin, s.first, s.last, verify_));
   auto shrank = [&](size_t k) {
     return Error(ErrorKind::kIo, FileShrankMessage(c_.path(), spans[k].begin, spans[k].end) + " (reading " +
-                                     c_.DescribeChunk(hashers[k]->pending()) + ")");
+                                     c_.DescribeChunk(checkers[k]->pending()) + ")");
   };
   // Uncached windows in flight, oldest first. A future of std::async waits for its read in its
   // destructor, so an exception never leaves a read writing into memory being freed.
@@ -335,7 +324,7 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
     queue.pop_front();
     uint64_t got = f.got.get();
     uncached_bytes_ += got;
-    hashers[f.span]->Feed(spans[f.span].dst, f.at + got);  // hashed right as it lands, in order
+    checkers[f.span]->Feed(spans[f.span].dst, f.at + got);  // hashed right as it lands, in order
     if (got < f.len) throw shrank(f.span);
   };
   size_t k = 0;     // the span being issued
@@ -359,7 +348,7 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
         continue;
       }
       queue.push_back({k, at, len, std::async(std::launch::async, [this, off = s.begin + at, len, p = s.dst + at] {
-                         return Pread(uncached_fd_, off, len, p);
+                         return Pread(o_direct_fd_, off, len, p);
                        })});
       at += len;
       continue;
@@ -368,18 +357,18 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
       finish_oldest();
       continue;
     }
-    // Cached (or not block-aligned): through the page cache, in pieces hashed while in L2.
+    // Cached (or not block-aligned): through the page cache, in pieces checked while in L2.
     PopulateForWrite(s.dst + at, window);
     for (const uint64_t stop = at + window; at < stop;) {
-      uint64_t want = std::min(kReadPiece, stop - at);
+      uint64_t want = std::min(kHashPiece, stop - at);
       uint64_t got = ReadFile(s.begin + at, want, s.dst + at);
       at += got;
-      hashers[k]->Feed(s.dst, at);
+      checkers[k]->Feed(s.dst, at);
       if (got < want) throw shrank(k);
     }
   }
   for (size_t i = 0; i < spans.size(); ++i)
-    if (!hashers[i]->done()) throw shrank(i);
+    if (!checkers[i]->done()) throw shrank(i);
 }
 
 }  // namespace zckpt::loader

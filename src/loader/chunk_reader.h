@@ -47,11 +47,11 @@ class ChunkReader {
   // Reads file bytes [offset, offset + len) into dst; returns the bytes read (less only at EOF).
   uint64_t ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const;
   // Reads file bytes [begin, end) into dst (chunk i's bytes land at dst + offset_i - begin) in
-  // pieces, hashing each needed chunk of [first, last) as its bytes arrive, while they are still
-  // in cache: one pass over memory instead of a read pass then a hash pass.
+  // pieces, each needed chunk of [first, last) fed to the chunk checker as its bytes arrive.
   void ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                 const Destinations& d) const;
-  void ReadDirect(const Batch& b, const Destinations& d) const;
+  // A batch read straight into its chunks' CPU destinations (no slot).
+  void ReadIntoDestinations(const Batch& b, const Destinations& d) const;
   // An object (s3://): each run of raw chunks adjacent in the object and in memory one ranged GET
   // into its slot place or destination, each chunk then checked (a bad one fetched again alone);
   // zstd chunks one GET each.
@@ -64,7 +64,7 @@ class ChunkReader {
     uint64_t first, last;
   };
   // Reads the spans in order, each window of bytes either through the page cache (cached) or
-  // with O_DIRECT, queued (uncached); every chunk hashed as its bytes land, in file order.
+  // with O_DIRECT, queued (uncached); every chunk checked as its bytes land, in file order.
   void ReadDestinationSpans(const std::vector<DestinationSpan>& spans, const Destinations& d) const;
   // > 0: read [at, at + that) of span s with O_DIRECT (aligned, and not all in the page cache).
   uint64_t UncachedLength(const DestinationSpan& s, uint64_t at, uint64_t window) const;
@@ -75,9 +75,8 @@ class ChunkReader {
   const Container& c_;
   ReadMethod method_;
   bool verify_;
-  int fd_ = -1;           // the container's descriptor, or direct_fd_ (kDirect)
-  int direct_fd_ = -1;    // owned: the O_DIRECT reopening (kDirect, or uncached reads)
-  int uncached_fd_ = -1;  // direct_fd_ for ranges not in the page cache with kPread (-1: none)
+  int fd_ = -1;           // the container's descriptor, or o_direct_fd_ (kDirect)
+  int o_direct_fd_ = -1;  // owned: the O_DIRECT reopening (kDirect; with kPread, for uncached ranges)
   mutable std::atomic<uint64_t> uncached_bytes_{0};
   bool remote_ = false;
 };

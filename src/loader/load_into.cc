@@ -48,7 +48,7 @@ LoadIntoReport LoadInto(const Container& container, const Targets& targets, cons
   auto t0 = std::chrono::steady_clock::now();
   const Container* c = &container;
   const std::string& path = c->path();
-  loader::ResolveSlotBytes(options.base, c->superblock().chunk_bytes);
+  loader::ResolveContainerLoad(options.base, *c);
   // One container, one answer: the pickle must describe what the index does (zckpt.load reads
   // the pickle) before any target is written.
   (void)loader::VetObjectPickle(*c, options.base.allow_globals);

@@ -100,7 +100,7 @@ LoadRegionsReport LoadRegions(const Container& container, const std::vector<Regi
   auto t0 = std::chrono::steady_clock::now();
   const Container* c = &container;
   const std::string& path = c->path();
-  loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);
+  loader::ResolveContainerLoad(options, *c);
   (void)loader::VetObjectPickle(*c, options.allow_globals);  // as LoadInto: none in DCP's own containers
   std::vector<loader::ViewCopy> copies;
   std::vector<std::string> problems;

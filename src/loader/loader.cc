@@ -28,7 +28,7 @@ LoadResult LoadImpl(const Container& container, DeviceOf device_of, const LoadOp
   auto t0 = std::chrono::steady_clock::now();
   const Container* c = &container;
   for (uint32_t s = 0; s < c->storage_count(); ++s) CheckDevice(device_of(*c, s));
-  loader::ResolveSlotBytes(options, c->superblock().chunk_bytes);  // bad options fail before allocating
+  loader::ResolveContainerLoad(options, *c);  // bad options fail before allocating
   std::optional<checkpoint::ObjectPickle> pickle;
   if (views) {
     for (uint32_t i = 0; i < c->tensor_count(); ++i) loader::CheckViewable(*c, c->tensor(i));

@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "common/mapped_file.h"
+#include "format/container_file.h"
 #include "loader/map_verify.h"
 #include "loader/tensors.h"
 #include "zckpt/container.h"
 #include "zckpt/loader.h"
 
 namespace zckpt {
+
+using format::internal::ContainerFile;
 
 namespace {
 
@@ -29,13 +32,13 @@ namespace {
 class Mapping {
  public:
   explicit Mapping(const Container& c) : size_(c.file_bytes()) {
-    if (c.file().remote())
+    if (ContainerFile::Of(c).remote())
       throw Error(ErrorKind::kInvalidArgument, c.path() + ": an object in object storage cannot be mapped: load it "
                                                           "(zckpt.load without mmap=True), or download it first");
-    if (c.file().fd() < 0) throw Error(ErrorKind::kInvalidArgument, c.path() + ": a container opened from memory cannot be mapped");
+    if (ContainerFile::Of(c).fd() < 0) throw Error(ErrorKind::kInvalidArgument, c.path() + ": a container opened from memory cannot be mapped");
     // PROT_WRITE + MAP_PRIVATE: tensors may be written like any CPU tensor; the written pages are
     // copied on write and the file never changes (torch.load(mmap=True) does the same).
-    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, c.file().fd(), 0);
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, ContainerFile::Of(c).fd(), 0);
     if (p == MAP_FAILED) throw Error(ErrorKind::kIo, "cannot mmap " + c.path() + ": " + std::strerror(errno));
     data_ = static_cast<uint8_t*>(p);
   }

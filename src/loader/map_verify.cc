@@ -7,11 +7,12 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
-#include "format/chunk_codec.h"
+#include "format/chunk_check.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
@@ -35,20 +36,20 @@ void VerifyMapped(const Container& c, const uint8_t* base, const std::vector<uin
   std::exception_ptr error;
   auto work = [&] {
     try {
+      format::internal::ChunkChecker checker;
       for (size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < chunks.size();) {
         format::ChunkRecord r = c.chunk(chunks[k]);
         const uint8_t* p = base + r.offset;
         uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
         uintptr_t end = reinterpret_cast<uintptr_t>(p + r.stored_bytes);
         (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
-        uint64_t got = 0;
-        auto hash = [&] { got = format::Checksum(p, r.stored_bytes); };  // one-shot XXH3: guard-safe
-        if (!Guarded(p, r.stored_bytes, hash))
+        checker.Begin(r);
+        auto feed = [&] { checker.Feed(p, r.stored_bytes); };  // a raw chunk: hashing only, guard-safe
+        if (!Guarded(p, r.stored_bytes, feed))
           throw Error(ErrorKind::kIo, FileShrankMessage(c.path(), r.offset, r.offset + r.stored_bytes) + " (checking " +
                                           c.DescribeChunk(chunks[k]) + ")");
-        if (got != r.stored_checksum)
-          throw Error(ErrorKind::kCorrupt,
-                      c.DescribeChunk(chunks[k]) + ": " + format::internal::ChecksumMismatch("stored", r.stored_checksum, got));
+        if (std::optional<format::internal::ChunkFault> fault = checker.Finish())
+          throw c.ChunkError(ErrorKind::kCorrupt, chunks[k], fault->Describe());
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);

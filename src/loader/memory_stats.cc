@@ -4,7 +4,7 @@
 #include <string>
 
 #include "loader/tensors.h"
-#include "zckpt/loader.h"
+#include "zckpt/memory_stats.h"
 
 #if ZCKPT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

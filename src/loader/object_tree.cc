@@ -37,11 +37,11 @@ class TreeBuilder {
     // node are a second path to it, or its quantizer's `.scales`/`.zero_points`).
     for (const pickle::TorchTensor& t : model.tensors) {
       if (t.internal || tensor_at_.count(t.pickle_offset)) continue;
-      auto it = set.index_.find(t.name);
-      if (it == set.index_.end())
+      std::optional<size_t> at = set.find(t.name);
+      if (!at)
         throw Error(ErrorKind::kCorrupt, c.path() + ": the object pickle names tensor '" + t.name +
                                              "', which the container's tensor table lacks");
-      tensor_at_.emplace(t.pickle_offset, it->second);
+      tensor_at_.emplace(t.pickle_offset, *at);
     }
   }
 

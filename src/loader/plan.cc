@@ -14,14 +14,14 @@ uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // A chunk goes straight to its destination when one host piece takes all of it and its storage
 // is large: consecutive chunks of a storage are read as one span, so that costs no extra reads.
-bool GoesDirect(const format::ChunkRecord& r, uint64_t storage_bytes, std::span<const Piece> pieces,
+bool GoesIntoDestination(const format::ChunkRecord& r, uint64_t storage_bytes, std::span<const Piece> pieces,
                 const PlanOptions& o) {
   if (!o.read_into_destination || pieces.size() != 1 || storage_bytes < kMinDirectStorage) return false;
   const Piece& p = pieces[0];
   return p.device < 0 && p.staged < 0 && p.chunk_offset == 0 && p.bytes == r.raw_bytes;
 }
 
-enum class Kind { kDirect, kSlotRaw, kSlotZstd };
+enum class Kind { kIntoDestination, kSlotRaw, kSlotZstd };
 
 }  // namespace
 
@@ -47,7 +47,7 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
   plan.slot_offset.assign(c.chunk_count(), 0);
   Batch cur;
   bool open = false;
-  Kind kind = Kind::kDirect;
+  Kind kind = Kind::kIntoDestination;
   uint64_t prev_end = 0;  // file end of the last needed chunk in `cur`
   uint32_t storage = UINT32_MAX;
   uint64_t storage_bytes = 0;
@@ -61,12 +61,12 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
     if (!d.needed(i)) continue;
     format::ChunkRecord r = c.chunk(i);
     if (r.storage != storage) storage_bytes = c.storage(storage = r.storage).raw_bytes;
-    Kind k = GoesDirect(r, storage_bytes, d.of(i), o) ? Kind::kDirect : IsZstd(r) ? Kind::kSlotZstd : Kind::kSlotRaw;
+    Kind k = GoesIntoDestination(r, storage_bytes, d.of(i), o) ? Kind::kIntoDestination : IsZstd(r) ? Kind::kSlotZstd : Kind::kSlotRaw;
     uint64_t end = r.offset + r.stored_bytes;
     bool fits = false;
     if (open && k == kind) {
       switch (k) {
-        case Kind::kDirect:
+        case Kind::kIntoDestination:
           fits = cur.raw_bytes + r.raw_bytes <= o.batch_bytes;
           break;
         case Kind::kSlotZstd:
@@ -83,7 +83,7 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
       close();
       cur = Batch{};
       cur.first = i;
-      cur.in_slot = k != Kind::kDirect;
+      cur.in_slot = k != Kind::kIntoDestination;
       cur.zstd = k == Kind::kSlotZstd;
       cur.file_begin = o.align_spans ? AlignDown(r.offset, kDirectIoAlign) : r.offset;
       kind = k;
@@ -91,7 +91,7 @@ Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& o) {
     }
     if (k == Kind::kSlotRaw) plan.slot_offset[i] = r.offset - cur.file_begin;
     if (k == Kind::kSlotZstd) plan.slot_offset[i] = cur.raw_bytes;
-    if (k == Kind::kDirect) ++plan.direct_chunks;
+    if (k == Kind::kIntoDestination) ++plan.destination_chunks;
     cur.last = i + 1;
     cur.file_end = o.align_spans && k == Kind::kSlotRaw ? AlignUp(end, kDirectIoAlign) : end;
     cur.raw_bytes += r.raw_bytes;

@@ -79,7 +79,7 @@ struct Plan {
   uint64_t stored_bytes = 0;          // total read (stored size of the needed chunks)
   uint64_t chunks = 0;                // needed chunks
   uint64_t slot_batches = 0;
-  uint64_t direct_chunks = 0;
+  uint64_t destination_chunks = 0;
 };
 
 inline constexpr uint64_t kDirectIoAlign = 4096;
@@ -91,6 +91,6 @@ inline constexpr uint64_t kMaxSpanGap = 64 << 10;
 
 Plan MakePlan(const Container& c, const Destinations& d, const PlanOptions& options);
 
-inline bool IsZstd(const format::ChunkRecord& r) { return r.codec == static_cast<uint8_t>(format::Codec::kZstd); }
+using format::IsZstd;
 
 }  // namespace zckpt::loader

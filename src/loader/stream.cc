@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "common/mapped_file.h"
+#include "format/container_file.h"
 #include "loader/chunk_reader.h"
 #include "loader/copy_engine.h"
 #include "loader/plan.h"
@@ -11,6 +12,8 @@
 #include "zckpt/error.h"
 
 namespace zckpt {
+
+using format::internal::ContainerFile;
 
 const char* ReadMethodName(ReadMethod method) {
   switch (method) {
@@ -22,13 +25,33 @@ const char* ReadMethodName(ReadMethod method) {
   return "?";
 }
 
+LoadSizes ResolveLoadSizes(const LoadOptions& o, uint64_t chunk_bytes, unsigned object_connections) {
+  auto at_least_one = [](const auto& v, const char* name) {
+    if (v && *v == 0) throw Error(ErrorKind::kInvalidArgument, std::string("LoadOptions::") + name + " must be at least 1");
+  };
+  at_least_one(o.threads, "threads");
+  at_least_one(o.slots, "slots");
+  at_least_one(o.slot_bytes, "slot_bytes");
+  LoadSizes r;
+  // From an object each reader thread is one connection, waiting on the network more than on the
+  // CPU: unset, as many as the source asks for.
+  r.threads = o.threads.value_or(std::max(DefaultReaderThreads(), object_connections));
+  r.slots = o.slots.value_or(std::max(kMinRingSlots, r.threads + 2));
+  r.slot_bytes = o.slot_bytes ? std::max((*o.slot_bytes + loader::kDirectIoAlign - 1) / loader::kDirectIoAlign * loader::kDirectIoAlign, chunk_bytes)
+                              : std::max(chunk_bytes, kDefaultSlotBytes);
+  r.batch_bytes = o.slot_bytes ? r.slot_bytes
+                               : std::max(r.slot_bytes, object_connections ? kObjectBatchBytes : kDestinationBatchBytes);
+  return r;
+}
+
 namespace loader {
 
-namespace {
+LoadSizes ResolveContainerLoad(const LoadOptions& o, const Container& c) {
+  const ByteSource* remote = ContainerFile::Of(c).remote();
+  return ResolveLoadSizes(o, c.superblock().chunk_bytes, remote ? std::max(1u, remote->connections()) : 0);
+}
 
-constexpr uint64_t kDefaultSlotBytes = 8ull << 20;
-constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
-constexpr uint64_t kRemoteBatchBytes = 16ull << 20;
+namespace {
 
 // kAuto: pread. Measured on the CPU path (tools/bench/bench.py, warm page cache), pread
 // straight into the destination beat a memcpy out of the mapping (which pays a page fault per
@@ -37,42 +60,24 @@ ReadMethod Resolve(ReadMethod m) { return m == ReadMethod::kAuto ? ReadMethod::k
 
 }  // namespace
 
-uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes) {
-  if (RingSlots(o) == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::slots must be at least 1");
-  if (o.threads == 0) throw Error(ErrorKind::kInvalidArgument, "LoadOptions::threads must be at least 1");
-  if (o.slot_bytes == 0) return std::max(chunk_bytes, kDefaultSlotBytes);
-  uint64_t aligned = (o.slot_bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
-  return std::max(aligned, chunk_bytes);
-}
-
 LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOptions& given,
                        const std::vector<CudaDevice>& cuda_devices, const StagingHooks& staging) {
   LoadStats stats;
-  LoadOptions o = given;
-  // From an object, each reader thread is one connection waiting on the network more than on the
-  // CPU: at least as many as the source asks for (ZCKPT_S3_CONNECTIONS, default 8); the ring
-  // grows with them as for local reads (RingSlots).
-  if (const ByteSource* remote = c.file().remote()) o.threads = std::max(o.threads, remote->connections());
-  uint64_t slot_bytes = ResolveSlotBytes(o, c.superblock().chunk_bytes);
+  const LoadOptions& o = given;
+  const LoadSizes sizes = ResolveContainerLoad(o, c);
   ChunkReader reader(c, Resolve(o.method), o.verify, o.direct_when_uncached);
   PlanOptions po;
   // Room for one chunk plus O_DIRECT rounding at both ends, so any single chunk fits a slot.
-  po.slot_capacity = slot_bytes + 2 * kDirectIoAlign;
-  // Batches read straight into destinations: by default large, so that a reader keeps several
-  // O_DIRECT reads in flight across a batch's storages when the file is not cached; a slot's
-  // worth when the caller sized the slots (finer progress and cancel steps).
-  // From an object, 16 MiB: each batch is a reader's ranged GETs (one per run of raw chunks),
-  // large enough to keep request overhead small, small enough to spread over the connections.
-  po.batch_bytes = o.slot_bytes == 0 ? std::max(slot_bytes, c.file().remote() ? kRemoteBatchBytes : kDestinationBatchBytes)
-                                     : slot_bytes;
+  po.slot_capacity = sizes.slot_bytes + 2 * kDirectIoAlign;
+  po.batch_bytes = sizes.batch_bytes;
   po.align_spans = reader.method() == ReadMethod::kDirect;
   po.read_into_destination = o.cpu_read_into_destination && reader.method() != ReadMethod::kDirect;
   Plan plan = MakePlan(c, d, po);
 
-  std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, RingSlots(o));
+  std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, sizes.slots);
   PipelineConfig config;
-  config.threads = o.threads;
-  config.slots = RingSlots(o);
+  config.threads = sizes.threads;
+  config.slots = sizes.slots;
   config.slot_capacity = po.slot_capacity;
   config.progress = o.progress;
   config.cancel = o.cancel;
@@ -81,11 +86,12 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   stats.raw_bytes = plan.raw_bytes;
   stats.stored_bytes = plan.stored_bytes;
   stats.chunks = plan.chunks;
-  stats.direct_chunks = plan.direct_chunks;
+  stats.destination_chunks = plan.destination_chunks;
   stats.uncached_bytes = reader.uncached_bytes();
   stats.batches = plan.batches.size();
   stats.ring_bytes = ps.ring_bytes;
-  stats.slot_bytes = slot_bytes;
+  stats.slot_bytes = sizes.slot_bytes;
+  stats.batch_bytes = sizes.batch_bytes;
   stats.slots = ps.slots;
   stats.threads = ps.threads;
   stats.method = reader.method();

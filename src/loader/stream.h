@@ -16,9 +16,10 @@ namespace zckpt::loader {
 
 class Destinations;
 
-// Checks `o` against the file (Error(kInvalidArgument) for zero slots/threads); returns the
-// slot size to use: 0 -> max(chunk_bytes, 8 MiB), else rounded up to 4 KiB and to chunk_bytes.
-uint64_t ResolveSlotBytes(const LoadOptions& o, uint64_t chunk_bytes);
+// ResolveLoadSizes (zckpt/load_options.h) for container `c`: its chunk size, and the connections
+// its source asks for when it is an object. Every load calls it before allocating, so bad
+// options fail first.
+LoadSizes ResolveContainerLoad(const LoadOptions& o, const Container& c);
 
 // `cuda_devices`: devices some destination lives on, with the stream to wait for on each (empty:
 // the CPU engine; torch callers use StreamChunksForTorch, torch_cuda.h). Fills the pipeline

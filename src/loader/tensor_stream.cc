@@ -90,7 +90,7 @@ at::Tensor TensorStream::Destination(const TensorInfo& info, c10::ScalarType st)
 
 TensorStream::TensorStream(std::shared_ptr<const Container> container, c10::Device device, TensorStreamOptions options)
     : c_(std::move(container)), device_(device), options_(std::move(options)) {
-  loader::ResolveSlotBytes(options_.load, c_->superblock().chunk_bytes);
+  loader::ResolveContainerLoad(options_.load, *c_);
   (void)loader::VetObjectPickle(*c_, options_.load.allow_globals);
   for (uint32_t i = 0; i < c_->tensor_count(); ++i) loader::CheckViewable(*c_, c_->tensor(i));
   if (options_.verify_first) {
@@ -129,7 +129,7 @@ bool TensorStream::Next(std::string* name, at::Tensor* tensor) {
   stats_.raw_bytes += r.stats.raw_bytes;
   stats_.stored_bytes += r.stats.stored_bytes;
   stats_.chunks += r.stats.chunks;
-  stats_.direct_chunks += r.stats.direct_chunks;
+  stats_.destination_chunks += r.stats.destination_chunks;
   stats_.batches += r.stats.batches;
   stats_.ring_bytes = std::max(stats_.ring_bytes, r.stats.ring_bytes);
   stats_.tensors += 1;

@@ -144,9 +144,8 @@ void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bo
   for (uint32_t i = 0; i < c.tensor_count(); ++i) {
     TensorInfo t = c.tensor(i);
     const c10::Storage& storage = bytes[t.storage].storage();
-    out->index_.emplace(std::string(t.name), out->tensors.size());
-    out->tensors.emplace_back(std::string(t.name), MakeView(storage, t, static_cast<int64_t>(t.storage_offset)));
-    out->meta.push_back(TensorMeta{std::string(c.storage(t.storage).key), t.flags, std::string(t.extra)});
+    out->add(std::string(t.name), MakeView(storage, t, static_cast<int64_t>(t.storage_offset)),
+             TensorMeta{std::string(c.storage(t.storage).key), t.flags, std::string(t.extra)});
   }
   if (tree) out->tree = BuildObjectTree(c, *out, *tree);
 }
@@ -156,9 +155,21 @@ void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bo
 namespace zckpt {
 
 at::Tensor TensorSet::get(const std::string& name) const {
+  std::optional<size_t> at = find(name);
+  if (!at) throw Error(ErrorKind::kInvalidArgument, "no tensor named '" + name + "'");
+  return tensors[*at].second;
+}
+
+std::optional<size_t> TensorSet::find(std::string_view name) const {
   auto it = index_.find(name);
-  if (it == index_.end()) throw Error(ErrorKind::kInvalidArgument, "no tensor named '" + name + "'");
-  return tensors[it->second].second;
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+void TensorSet::add(std::string name, at::Tensor tensor, TensorMeta meta) {
+  index_.emplace(name, tensors.size());
+  tensors.emplace_back(std::move(name), std::move(tensor));
+  this->meta.push_back(std::move(meta));
 }
 
 }  // namespace zckpt

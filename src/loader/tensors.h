@@ -59,7 +59,7 @@ auto WithTorchErrors(F&& f) -> decltype(f()) {
 std::optional<checkpoint::ObjectPickle> VetObjectPickle(const Container& c, const std::vector<std::string>& allow_globals);
 
 // Fills out->storages_by_key from `bytes` (one uint8 tensor per storage index) and, with
-// `views`, out->tensors/meta/index_ with a view per tensor record and, with `tree` (the vetted
+// `views`, out->tensors/meta (TensorSet::add) with a view per tensor record and, with `tree` (the vetted
 // pickle, or nullopt for a container without one) out->tree (object_tree.h).
 void BuildTensorSet(const Container& c, const std::vector<at::Tensor>& bytes, bool views, TensorSet* out,
                     const std::optional<checkpoint::ObjectPickle>* tree = nullptr);

@@ -124,19 +124,19 @@ py::bytes VettedPickle(const Container& c, const std::vector<std::string>& allow
   return py::bytes(bytes);
 }
 
-// The ring of a load from Python's keyword arguments (threads=, slots=, slot_bytes=; 0: the
-// library's default, as LoadOptions documents).
+// The ring of a load from Python's keyword arguments (threads=, slots=, slot_bytes=; None: the
+// library's default, ResolveLoadSizes).
 struct Ring {
-  unsigned threads = 0;
-  unsigned slots = 0;
-  uint64_t slot_bytes = 0;
+  std::optional<unsigned> threads;
+  std::optional<unsigned> slots;
+  std::optional<uint64_t> slot_bytes;
 };
 
 LoadOptions ToOptions(bool verify, const Ring& ring) {
   LoadOptions options;
   options.verify = verify;
-  if (ring.threads) options.threads = ring.threads;
-  if (ring.slots) options.slots = ring.slots;
+  options.threads = ring.threads;
+  options.slots = ring.slots;
   options.slot_bytes = ring.slot_bytes;
   return options;
 }
@@ -161,13 +161,13 @@ py::dict LoadStoragesTo(const Container& c, const std::map<std::string, std::str
   return StoragesToDict(storages);
 }
 
-py::dict MapStoragesToDict(const Container& c, bool verify, unsigned threads) {
+py::dict MapStoragesToDict(const Container& c, bool verify, std::optional<unsigned> threads) {
   std::map<std::string, at::Tensor> storages;
   {
     py::gil_scoped_release release;
     MapOptions options;
     options.verify = verify;
-    if (threads) options.threads = threads;
+    if (threads) options.threads = *threads;
     storages = MapStorages(c, options).storages_by_key;  // storages only: quantized files map too
   }
   return StoragesToDict(storages);
@@ -426,9 +426,9 @@ PYBIND11_MODULE(_C, m) {
   // One open checkpoint (module.cc, above Describe): what zckpt.load reads everything through.
   using zckpt::Container;
   py::class_<zckpt::Ring>(m, "Ring")
-      .def(py::init([](unsigned threads, unsigned slots, uint64_t slot_bytes) {
+      .def(py::init([](std::optional<unsigned> threads, std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
              return zckpt::Ring{threads, slots, slot_bytes};
-           }), py::arg("threads") = 0, py::arg("slots") = 0, py::arg("slot_bytes") = 0)
+           }), py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
       .def_readonly("threads", &zckpt::Ring::threads)
       .def_readonly("slots", &zckpt::Ring::slots)
       .def_readonly("slot_bytes", &zckpt::Ring::slot_bytes);
@@ -439,7 +439,7 @@ PYBIND11_MODULE(_C, m) {
       .def("vetted_pickle", &zckpt::VettedPickle, py::arg("allow_globals") = std::vector<std::string>{})
       .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true,
            py::arg("ring") = zckpt::Ring{})
-      .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false, py::arg("threads") = 0)
+      .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false, py::arg("threads") = py::none())
       .def("map_tensors", &zckpt::MapTensors, py::arg("verify") = true,
            py::arg("allow_globals") = std::vector<std::string>{})
       .def("load_into", &zckpt::LoadIntoTargets, py::arg("targets"), py::arg("strict") = true,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "format/bytes.h"
+#include "format/container_file.h"
 #include "format/record_codec.h"
 #include "format/layout.h"
 #include "zckpt/container.h"
@@ -14,6 +15,7 @@
 namespace zckpt::testing {
 
 using format::internal::AlignUp;
+using format::internal::ContainerFile;
 using format::internal::Load64;
 using format::internal::Store64;
 
@@ -23,7 +25,7 @@ ContainerModel ContainerModel::Parse(const std::vector<uint8_t>& file) {
   m.superblock = c->superblock();
   m.footer_major = c->footer().major;
   m.footer_minor = c->footer().minor;
-  std::span<const uint8_t> index = c->index();
+  std::span<const uint8_t> index = ContainerFile::Index(*c);
   auto table = [&](format::TableId id) {
     return format::DecodeTableDescriptor(index.data() + format::kIndexHeaderBytes +
                                          format::kTableDescriptorBytes * (static_cast<uint32_t>(id) - 1));

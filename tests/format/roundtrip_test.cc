@@ -5,17 +5,20 @@
 #include <cstring>
 
 #include "common/mapped_file.h"
+#include "format/container_file.h"
 #include "format_test_util.h"
 #include "test_util.h"
 
 namespace zckpt::testing {
+
+using format::internal::ContainerFile;
 namespace {
 
 // The raw bytes of a contiguous storage (every chunk codec 0) as mapped, or empty.
 std::span<const uint8_t> MappedStorage(const Container& c, uint32_t s) {
   StorageInfo info = c.storage(s);
   if (!info.contiguous || info.raw_bytes == 0) return {};
-  return {c.data() + info.data_offset, info.raw_bytes};
+  return {ContainerFile::Data(c) + info.data_offset, info.raw_bytes};
 }
 
 std::unique_ptr<Container> Open(const std::vector<uint8_t>& bytes) {
@@ -290,11 +293,11 @@ TEST(RoundTrip, OpenFromPathAndStringDeduplication) {
   auto c = Container::Open(path);
   EXPECT_EQ(c->path(), path);
   EXPECT_EQ(c->file_bytes(), ReadFileBytes(path).size());
-  EXPECT_EQ(c->file().size(), c->file_bytes());
+  EXPECT_EQ(ContainerFile::Of(*c).size(), c->file_bytes());
   EXPECT_EQ(c->storage(3).location, "cuda:0");
   // "cuda:0" once, keys k0..k99 once: 6 + 10 * 2 + 90 * 3 bytes.
   format::TableDescriptor strings =
-      format::DecodeTableDescriptor(c->data() + c->footer().index_offset + 16 + 32 * 6);
+      format::DecodeTableDescriptor(ContainerFile::Data(*c) + c->footer().index_offset + 16 + 32 * 6);
   EXPECT_EQ(strings.count, 6u + 20 + 270);
   ExpectVerifies(*c);
 }

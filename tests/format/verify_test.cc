@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "format/bytes.h"
+#include "format/chunk_check.h"
 #include "format/chunk_codec.h"
 #include "format_test_util.h"
 #include "test_util.h"
@@ -55,14 +56,18 @@ TEST(Verify, CleanFileHasNoProblems) {
   auto c = Container::OpenMemory(bytes.data(), bytes.size(), "m.zckpt");
   ASSERT_EQ(c->chunk_count(), 15u);
   EXPECT_EQ(c->chunk(10).codec, 1);
-  for (unsigned t : {0u, 1u, 2u, 3u, 8u, 64u}) {
+  for (std::optional<unsigned> t : {std::optional<unsigned>(), std::optional<unsigned>(1u), std::optional<unsigned>(2u),
+                                    std::optional<unsigned>(3u), std::optional<unsigned>(8u), std::optional<unsigned>(64u)}) {
     VerifyOptions o;
-    o.threads = t;
+    o.threads = t;  // unset: the hardware threads
     VerifyReport r = c->Verify(o);
-    EXPECT_TRUE(r.ok()) << t;
+    EXPECT_TRUE(r.ok()) << t.value_or(0);
     EXPECT_EQ(r.chunks_checked, 15u);
     EXPECT_EQ(r.bytes_checked, bytes.size());
   }
+  VerifyOptions zero;  // set, it must be at least 1, as a load's threads
+  zero.threads = 0u;
+  EXPECT_THROW(c->Verify(zero), Error);
 }
 
 TEST(Verify, OneCorruptChunkIsNamedExactly) {
@@ -304,21 +309,52 @@ TEST(Verify, DescribeChunkNamesAtMostEightTensors) {
                                  "bytes [0, 3)");
 }
 
-// The codec's frame rules, on frames the writer would never produce.
+// The codec's frame rules, on frames the writer would never produce, through the one chunk
+// checker every reader calls: into a destination (loading) and through its window (verifying).
 TEST(ChunkCodec, FrameRules) {
-  using format::internal::DecodeChunk;
-  using format::internal::ZstdChunkChecker;
+  using format::internal::ChunkChecker;
+  using format::internal::ChunkFault;
+  using Kind = ChunkFault::Kind;
   auto raw = PatternBytes(5000);
   std::vector<uint8_t> frame(ZSTD_compressBound(raw.size()));
   frame.resize(ZSTD_compress(frame.data(), frame.size(), raw.data(), raw.size(), 3));
+  const uint64_t sum = format::Checksum(raw.data(), raw.size());
+  auto record = [&](const std::vector<uint8_t>& f, uint64_t raw_bytes, uint64_t raw_checksum) {
+    format::ChunkRecord r;
+    r.stored_bytes = f.size();
+    r.raw_bytes = raw_bytes;
+    r.stored_checksum = format::Checksum(f.data(), f.size());
+    r.raw_checksum = raw_checksum;
+    r.codec = static_cast<uint8_t>(format::Codec::kZstd);
+    return r;
+  };
+  ChunkChecker check;
   std::vector<uint8_t> out(raw.size());
-  EXPECT_EQ(DecodeChunk(frame.data(), frame.size(), out.data(), out.size()), "");
+  auto decode = [&](const std::vector<uint8_t>& f, uint64_t raw_bytes) {
+    return check.Check(record(f, raw_bytes, sum), f.data(), out.data());
+  };
+  EXPECT_FALSE(decode(frame, out.size()));
   EXPECT_EQ(out, raw);
-  EXPECT_NE(DecodeChunk(frame.data(), frame.size(), out.data(), out.size() - 1), "");  // declared size differs
+  auto bad = decode(frame, out.size() - 1);  // declared size differs
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->kind, Kind::kFrame);
   auto trailing = frame;
   trailing.push_back(0);
-  EXPECT_NE(DecodeChunk(trailing.data(), trailing.size(), out.data(), out.size()), "");
-  EXPECT_NE(DecodeChunk(frame.data(), frame.size() - 1, out.data(), out.size()), "");
+  EXPECT_TRUE(decode(trailing, out.size()));
+  EXPECT_TRUE(decode(std::vector<uint8_t>(frame.begin(), frame.end() - 1), out.size()));
+  // The stored checksum is judged first: it explains whatever else is wrong.
+  format::ChunkRecord flipped = record(frame, raw.size(), sum);
+  flipped.stored_checksum ^= 1;
+  bad = check.Check(flipped, frame.data(), out.data());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->kind, Kind::kStoredChecksum);
+  EXPECT_EQ(bad->expected, flipped.stored_checksum);
+  EXPECT_NE(bad->Describe().find("stored checksum mismatch"), std::string::npos);
+  // Decoded into a destination, the raw checksum is taken there.
+  bad = check.Check(record(frame, raw.size(), sum + 1), frame.data(), out.data());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->kind, Kind::kRawChecksum);
+  EXPECT_EQ(bad->got, sum);
 
   // Without a content size in the header.
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
@@ -329,21 +365,23 @@ TEST(ChunkCodec, FrameRules) {
   ASSERT_EQ(ZSTD_compressStream2(cctx, &ob, &ib, ZSTD_e_end), 0u);
   ZSTD_freeCCtx(cctx);
   nosize.resize(ob.pos);
-  EXPECT_NE(DecodeChunk(nosize.data(), nosize.size(), out.data(), out.size()).find("content size"), std::string::npos);
+  bad = decode(nosize, out.size());
+  ASSERT_TRUE(bad);
+  EXPECT_NE(bad->Describe().find("content size"), std::string::npos);
 
-  uint64_t sum = format::Checksum(raw.data(), raw.size());
-  ZstdChunkChecker check;
+  // Through the window, fed in pieces of any size.
   auto run = [&](const std::vector<uint8_t>& f, uint64_t raw_bytes, uint64_t checksum, size_t piece) {
-    check.Begin(f.size(), raw_bytes);
+    check.Begin(record(f, raw_bytes, checksum));
     for (size_t at = 0; at < f.size(); at += piece) check.Feed(f.data() + at, std::min(piece, f.size() - at));
-    return check.Finish(checksum);
+    return check.Finish();
   };
+  auto describe = [](const std::optional<ChunkFault>& f) { return f ? f->Describe() : std::string(); };
   for (size_t piece : {1, 7, 100000}) {
-    EXPECT_EQ(run(frame, raw.size(), sum, piece), "") << piece;
-    EXPECT_NE(run(frame, raw.size(), sum + 1, piece).find("raw checksum"), std::string::npos);
-    EXPECT_NE(run(trailing, raw.size(), sum, piece).find("after the end"), std::string::npos);
-    EXPECT_NE(run(std::vector<uint8_t>(frame.begin(), frame.end() - 1), raw.size(), sum, piece), "");
-    EXPECT_NE(run(nosize, raw.size(), sum, piece).find("content size"), std::string::npos);
+    EXPECT_FALSE(run(frame, raw.size(), sum, piece)) << piece;
+    EXPECT_NE(describe(run(frame, raw.size(), sum + 1, piece)).find("raw checksum"), std::string::npos);
+    EXPECT_NE(describe(run(trailing, raw.size(), sum, piece)).find("after the end"), std::string::npos);
+    EXPECT_TRUE(run(std::vector<uint8_t>(frame.begin(), frame.end() - 1), raw.size(), sum, piece));
+    EXPECT_NE(describe(run(nosize, raw.size(), sum, piece)).find("content size"), std::string::npos);
   }
   // Compression that does not pay is refused, so the caller stores raw.
   std::vector<uint8_t> packed;

@@ -12,12 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "format/container_file.h"
 #include "fuzz_target.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
 
 namespace zckpt::fuzz {
+
+using format::internal::ContainerFile;
 
 namespace {
 
@@ -37,8 +40,8 @@ void FuzzContainer(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return;
   }
-  ZCKPT_FUZZ_CHECK(c->data() == data && c->file_bytes() == size);
-  const std::span<const uint8_t> index = c->index();  // every string points into this copy
+  ZCKPT_FUZZ_CHECK(ContainerFile::Data(*c) == data && c->file_bytes() == size);
+  const std::span<const uint8_t> index = ContainerFile::Index(*c);  // every string points into this copy
   auto in_index = [&](std::string_view v) {
     return Inside(index.data(), index.size(), reinterpret_cast<const uint8_t*>(v.data()), v.size());
   };

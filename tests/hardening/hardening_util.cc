@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "format/container_file.h"
 #include "test_util.h"
 #include "torch_pickle.h"
 #include "zckpt/format.h"
@@ -19,6 +20,8 @@
 extern char** environ;
 
 namespace zckpt::hardening {
+
+using format::internal::ContainerFile;
 
 namespace {
 
@@ -143,7 +146,7 @@ uint64_t DigestContainer(const Container& c) {
   for (uint32_t b = 0; b < c.blob_count(); ++b) {
     BlobInfo bi = c.blob(b);
     MixString(h, bi.name);
-    if (bi.bytes) MixBytes(h, c.data() + bi.offset, bi.bytes);
+    if (bi.bytes) MixBytes(h, ContainerFile::Data(c) + bi.offset, bi.bytes);
   }
   for (uint32_t m = 0; m < c.metadata_count(); ++m) {
     auto [k, v] = c.metadata(m);

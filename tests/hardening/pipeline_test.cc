@@ -50,7 +50,7 @@ TEST(LoaderPipeline, DeliversExactlyWhatReadChunkGives) {
               o.method = method;
               o.threads = threads;
               o.slots = slots;
-              o.slot_bytes = chunk_bytes == 4096 ? 64 << 10 : 0;
+              if (chunk_bytes == 4096) o.slot_bytes = 64 << 10;  // else unset: the default
               o.cpu_read_into_destination = into;
               uint64_t last = 0;
               bool monotonic = true;

@@ -268,9 +268,9 @@ TEST_P(LoadMethods, TensorLargerThanTheRingWrapsAround) {
     EXPECT_EQ(r.stats.method, method == ReadMethod::kAuto ? ReadMethod::kPread : method);
   }
   if (!direct || r.stats.method == ReadMethod::kDirect) {
-    EXPECT_EQ(r.stats.direct_chunks, 0u);
+    EXPECT_EQ(r.stats.destination_chunks, 0u);
   } else {
-    EXPECT_GE(r.stats.direct_chunks, 256u + 34u);  // "big" and "mid" (1 MiB, 137 KiB) go straight in
+    EXPECT_GE(r.stats.destination_chunks, 256u + 34u);  // "big" and "mid" (1 MiB, 137 KiB) go straight in
   }
 }
 
@@ -489,21 +489,50 @@ TEST(Load, SlotBytesRoundUpToTheChunk) {
   LoadResult r = Load(path, kCpu, o);
   ExpectMatches(f, r);
   EXPECT_EQ(r.stats.slot_bytes, 16384u);
-  o.slot_bytes = 0;
+  o.slot_bytes.reset();  // unset: max(chunk, kDefaultSlotBytes)
   EXPECT_EQ(Load(path, kCpu, o).stats.slot_bytes, 8u << 20);
+  o.slot_bytes = 0;  // set, it must be at least 1
+  EXPECT_THROW(Load(path, kCpu, o), Error);
 }
 
 // The ring's slots follow the reader threads the load runs with (--slots' default "threads + 2,
 // at least 4"), not the default thread count of when the options were built.
+// One resolver says what every unset option becomes, for a file and for an object; a set
+// option is taken as it is (an object's connections never override the caller's threads).
+TEST(LoadOptions, OneResolverForEverySize) {
+  LoadOptions o;
+  LoadSizes file = ResolveLoadSizes(o, 1 << 20);
+  EXPECT_EQ(file.threads, DefaultReaderThreads());
+  EXPECT_EQ(file.slots, std::max(kMinRingSlots, file.threads + 2));
+  EXPECT_EQ(file.slot_bytes, kDefaultSlotBytes);
+  EXPECT_EQ(file.batch_bytes, kDestinationBatchBytes);
+  EXPECT_EQ(ResolveLoadSizes(o, 32 << 20).slot_bytes, 32u << 20);  // a slot holds a chunk
+  LoadSizes object = ResolveLoadSizes(o, 1 << 20, 16);
+  EXPECT_EQ(object.threads, std::max(16u, DefaultReaderThreads()));
+  EXPECT_EQ(object.slots, object.threads + 2);
+  EXPECT_EQ(object.batch_bytes, kObjectBatchBytes);
+  o.threads = 3;
+  o.slot_bytes = 5000;  // rounded up to 4 KiB, and a batch is a slot's worth
+  object = ResolveLoadSizes(o, 4096, 16);
+  EXPECT_EQ(object.threads, 3u);
+  EXPECT_EQ(object.slot_bytes, 8192u);
+  EXPECT_EQ(object.batch_bytes, 8192u);
+  for (auto zero : {&LoadOptions::threads, &LoadOptions::slots}) {
+    LoadOptions z;
+    z.*zero = 0u;
+    EXPECT_THROW(ResolveLoadSizes(z, 4096), Error);
+  }
+}
+
 TEST(LoadOptions, SlotsFollowTheReaderThreads) {
   LoadOptions o;
   EXPECT_FALSE(o.slots);  // "the default": resolved when the load runs
   o.threads = 10;
-  EXPECT_EQ(RingSlots(o), 12u);
+  EXPECT_EQ(ResolveLoadSizes(o, 1 << 20).slots, 12u);
   o.threads = 1;
-  EXPECT_EQ(RingSlots(o), 4u);
+  EXPECT_EQ(ResolveLoadSizes(o, 1 << 20).slots, 4u);
   o.slots = 3;
-  EXPECT_EQ(RingSlots(o), 3u);
+  EXPECT_EQ(ResolveLoadSizes(o, 1 << 20).slots, 3u);
 
   testing::TempDir dir;
   Fixture f;

@@ -14,16 +14,19 @@
 #include <sstream>
 #include <thread>
 
+#include "format/container_file.h"
 #include "loader/map_verify.h"
 #include "loader_test_util.h"
 #include "test_util.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/loader.h"
+#include "zckpt/memory_stats.h"
 
 namespace zckpt {
 namespace {
 
+using format::internal::ContainerFile;
 using testing::Fixture;
 using testing::SmallChunks;
 
@@ -178,11 +181,11 @@ TEST(Map, VerifyOfAFileTruncatedAfterOpenIsAnIoError) {
     auto c = Container::Open(path);
     std::vector<uint64_t> chunks;
     for (uint64_t i = 0; i < c->chunk_count(); ++i) chunks.push_back(i);
-    loader::VerifyMapped(*c, c->data(), chunks, threads);  // whole: no error
+    loader::VerifyMapped(*c, ContainerFile::Data(*c), chunks, threads);  // whole: no error
     const uint64_t cut = c->chunk(chunks.size() / 2).offset + 100;  // inside a chunk halfway through
     ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(cut)), 0);
     try {
-      loader::VerifyMapped(*c, c->data(), chunks, threads);
+      loader::VerifyMapped(*c, ContainerFile::Data(*c), chunks, threads);
       FAIL() << "checked a chunk whose bytes are gone";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();

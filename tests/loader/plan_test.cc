@@ -91,7 +91,7 @@ TEST(Plan, InvariantsHoldForEveryOptionSet) {
                        std::to_string(direct) + " slot " + std::to_string(slot));
           ExpectInvariants(*c, d, o, plan);
           if (!direct) {
-            EXPECT_EQ(plan.direct_chunks, 0u);
+            EXPECT_EQ(plan.destination_chunks, 0u);
           }
         }
       }
@@ -113,7 +113,7 @@ TEST(Plan, SmallStoragesArePackedAndLargeOnesGoStraightIn) {
   // 500 tiny storages (~125 KiB with padding) share a few slots.
   EXPECT_LE(plan.slot_batches, 10u);
   // "big" (400000 bytes, 98 chunks) and "z" (zstd, 25 chunks) go straight into their memory.
-  EXPECT_EQ(plan.direct_chunks, 98u + 25u);
+  EXPECT_EQ(plan.destination_chunks, 98u + 25u);
   // Two pieces in one chunk (a tied weight, a partial LoadInto target): back through a slot.
   Destinations two(c->chunk_count());
   uint64_t big_first = c->storage(500).first_chunk;
@@ -124,7 +124,7 @@ TEST(Plan, SmallStoragesArePackedAndLargeOnesGoStraightIn) {
     }
   }
   two.Finish();
-  EXPECT_EQ(MakePlan(*c, two, o).direct_chunks, 98u + 25u - 1);
+  EXPECT_EQ(MakePlan(*c, two, o).destination_chunks, 98u + 25u - 1);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/loader.h"
+#include "zckpt/memory_stats.h"
 #include "zckpt/save.h"
 
 namespace zckpt {

@@ -13,6 +13,7 @@
 //   verify      Container::Verify with --threads (default: all hardware threads)
 // Load benchmarks (peers, floors, warm and cold): tools/bench/bench.py.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,13 +108,27 @@ int RunBench(const Argv& argv) {
   auto container = Container::Open(path);
   const uint64_t bytes = container->file_bytes();
   SequentialRead(path);  // warm the page cache for every measurement
+  // The hash of the whole file in one call, over a mapping of its own (the cost verify's threads
+  // share out).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  void* mapping = fd < 0 ? MAP_FAILED : mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (fd >= 0) ::close(fd);
+  if (mapping == MAP_FAILED) {
+    std::fprintf(stderr, "zckpt bench: cannot map %s: %s\n", path.c_str(), std::strerror(errno));
+    return kExitCannotRun;
+  }
+  struct Unmap {
+    void* p;
+    uint64_t n;
+    ~Unmap() { munmap(p, n); }
+  } unmap{mapping, bytes};
 
   constexpr size_t kPiece = 512 << 10;
   std::vector<uint8_t> piece(kPiece);
   for (size_t i = 0; i < kPiece; ++i) piece[i] = static_cast<uint8_t>(i * 131 + 7);
   volatile uint64_t sink = 0;
   VerifyOptions opt;
-  opt.threads = threads ? static_cast<unsigned>(*threads) : 0;
+  if (threads) opt.threads = static_cast<unsigned>(*threads);
   bool ok = true;
 
   struct Measure {
@@ -131,7 +146,7 @@ int RunBench(const Argv& argv) {
          }
          sink = sink + h;
        }, {}},
-      {"XXH3, 1 core, file mapping", [&] { sink = sink + format::Checksum(container->data(), bytes); }, {}},
+      {"XXH3, 1 core, file mapping", [&] { sink = sink + format::Checksum(mapping, bytes); }, {}},
       {"zckpt verify", [&] { ok = container->Verify(opt).ok() && ok; }, {}},
   };
   const size_t kVerify = 3;

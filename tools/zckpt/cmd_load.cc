@@ -16,6 +16,7 @@
 #include "progress.h"
 #include "zckpt/inspect.h"
 #include "zckpt/loader.h"
+#include "zckpt/memory_stats.h"
 
 namespace zckpt::cli {
 
@@ -26,9 +27,10 @@ constexpr const char* kHelp =
     "                  [--threads N] [--method auto|pread|mmap|direct] [--ring-only] [--buffered]\n"
     "                  [--into | --map] [--json] [--allow-global MOD.NAME]...\n\n"
     "Loads every tensor of FILE onto the device (default cpu) through the streaming loader:\n"
-    "--threads reader threads (default half the hardware threads, 2 to 8) fill a ring of\n"
-    "--slots host buffers (default threads + 2, at least 4) of --slot-bytes each (default\n"
-    "max(chunk, 8 MiB)), pinned for cuda, checking each chunk's XXH3 (--no-verify skips that),\n"
+    "--threads reader threads (default half the hardware threads, 2 to 8; from s3:// at least\n"
+    "ZCKPT_S3_CONNECTIONS, 8) fill a ring of --slots host buffers (default threads + 2, at\n"
+    "least 4) of --slot-bytes each (default max(chunk, 8 MiB)), pinned for cuda, checking each\n"
+    "chunk's XXH3 (--no-verify skips that),\n"
     "while the previous ones are copied to the device. Reports bytes, seconds, GB/s, the peak\n"
     "host RSS (VmHWM, and its growth over the RSS before the load) and, on cuda, the peak device\n"
     "memory the load allocated and reserved (torch's caching allocator) and how much less the\n"
@@ -97,6 +99,54 @@ std::vector<std::pair<std::string, at::Tensor>> MakeTargets(const std::string& p
   return targets;
 }
 
+// What one mode's load gives the report. `streamed` holds a streamed load's tensors alive until
+// the device figures are read.
+struct Loaded {
+  uint64_t bytes = 0;
+  double seconds = 0;
+  uint64_t tensors = 0;
+  LoadStats stats;  // the streamed and in-place modes
+  std::optional<LoadResult> streamed;
+};
+
+Loaded LoadMapped(const std::string& path, const LoadOptions& options) {
+  MapOptions map;
+  map.allow_globals = options.allow_globals;
+  map.verify = options.verify;
+  map.threads = options.threads.value_or(map.threads);
+  MapResult m = Map(path, map);
+  Loaded l;
+  l.stats.verified = map.verify;
+  l.seconds = m.stats.seconds;
+  l.bytes = m.stats.mapped_bytes + m.stats.decoded_bytes;
+  l.tensors = m.stats.tensors;
+  return l;
+}
+
+Loaded FromStats(LoadStats stats) {
+  Loaded l;
+  l.bytes = stats.raw_bytes;
+  l.seconds = stats.seconds;
+  l.tensors = stats.tensors;
+  l.stats = stats;
+  return l;
+}
+
+Loaded LoadInPlace(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
+                   const LoadOptions& options) {
+  LoadIntoOptions o;
+  o.base = options;
+  return FromStats(LoadInto(path, targets, o).stats);
+}
+
+Loaded LoadStreamed(const std::string& path, c10::Device device, const LoadOptions& options) {
+  LoadResult result = Load(path, device, options);
+  Loaded l = FromStats(result.stats);
+  l.streamed = std::move(result);
+  return l;
+}
+
+// Runs the load of `mode` between the memory and CPU probes the report gives.
 void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptions& options, Report* r) {
   std::vector<std::pair<std::string, at::Tensor>> targets;
   if (mode == Mode::kInto) targets = MakeTargets(path, device, options);
@@ -108,34 +158,16 @@ void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptio
   r->host_peak_reset = ResetHostPeak();
   r->before = ReadHostMemory();
   double cpu0 = CpuSeconds();
-  std::optional<LoadResult> loaded;  // alive until the device figures are read
-  if (mode == Mode::kMap) {
-    MapOptions map;
-    map.allow_globals = options.allow_globals;
-    map.verify = options.verify;
-    map.threads = options.threads;
-    MapResult m = Map(path, map);
-    r->stats.verified = map.verify;
-    r->seconds = m.stats.seconds;
-    r->bytes = m.stats.mapped_bytes + m.stats.decoded_bytes;
-    r->tensors = m.stats.tensors;
-  } else if (mode == Mode::kInto) {
-    LoadIntoOptions o;
-    o.base = options;
-    LoadIntoReport rep = LoadInto(path, targets, o);
-    r->stats = rep.stats;
-  } else {
-    loaded = Load(path, device, options);
-    r->stats = loaded->stats;
-  }
-  if (mode != Mode::kMap) {
-    r->seconds = r->stats.seconds;
-    r->bytes = r->stats.raw_bytes;
-    r->tensors = r->stats.tensors;
-  }
+  Loaded l = mode == Mode::kMap    ? LoadMapped(path, options)
+             : mode == Mode::kInto ? LoadInPlace(path, targets, options)
+                                   : LoadStreamed(path, device, options);
   r->cpu_seconds = CpuSeconds() - cpu0;
   r->after = ReadHostMemory();
   if (r->cuda_index >= 0) r->device_after = ReadDeviceMemory(r->cuda_index);
+  r->bytes = l.bytes;
+  r->seconds = l.seconds;
+  r->tensors = l.tensors;
+  r->stats = l.stats;
 }
 
 void PrintJson(const std::string& path, const Report& r) {
@@ -150,7 +182,7 @@ void PrintJson(const std::string& path, const Report& r) {
     jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));
     jw.Key("threads").UInt(s.threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
     jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
-    jw.Key("chunks").UInt(s.chunks).Key("direct_chunks").UInt(s.direct_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
+    jw.Key("chunks").UInt(s.chunks).Key("destination_chunks").UInt(s.destination_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
   }
   jw.Key("rss_before").UInt(r.before.rss).Key("rss_peak").UInt(r.after.peak);
   jw.Key("rss_peak_delta").UInt(Delta(r.after.peak, r.before.rss)).Key("rss_peak_exact").Bool(r.host_peak_reset);
@@ -175,7 +207,7 @@ void PrintText(const std::string& path, const Report& r) {
     const LoadStats& s = r.stats;
     std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
                 ReadMethodName(s.method), s.threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
-                static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.direct_chunks));
+                static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.destination_chunks));
   }
   std::printf("  host RSS: peak %s (+%s over %s before the load)%s\n", FormatBytes(r.after.peak).c_str(),
               FormatBytes(Delta(r.after.peak, r.before.rss)).c_str(), FormatBytes(r.before.rss).c_str(),
@@ -220,8 +252,9 @@ int RunLoad(const Argv& argv) {
   auto slots = args.GetInt("slots");
   auto threads = args.Has("threads") ? args.GetInt("threads") : args.GetInt("j-threads");
   if (!args.ok()) return UsageError("load", args.error());
-  if (slot) options.slot_bytes = *slot;
+  if (slot && *slot < 1) return UsageError("load", "--slot-bytes must be >= 1");
   if (slots && *slots < 1) return UsageError("load", "--slots must be >= 1");
+  if (slot) options.slot_bytes = *slot;
   if (threads && *threads < 1) return UsageError("load", "--threads must be >= 1");
   if (slots) options.slots = static_cast<unsigned>(*slots);
   if (threads) options.threads = static_cast<unsigned>(*threads);

@@ -29,7 +29,7 @@ int RunLoad(const Argv& args);
 int ExecLoad(const Argv& args);
 
 // torch.distributed.checkpoint folders (cmd_dcp.cc), called by convert and export when their
-// argument is a DCP folder (convert/source_kind.h: IsDcpFolder). Return exit codes.
+// argument is a DCP folder (src/checkpoint/source_kind.h: IsDcpFolder). Return exit codes.
 int ConvertDcp(const std::string& source, const std::string& destination, const zckpt::ConvertOptions& options,
                bool quiet, ProgressStyle progress);
 // Refuses (exit 2, nothing written) when a file it would write exists, unless `force`;

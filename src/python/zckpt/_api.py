@@ -34,12 +34,13 @@ def _global_name(g):
 
 def _ring(threads, slots, slot_bytes):
     """The loader's ring from load's and load_into's keyword arguments (the names of `zckpt load
-    --threads --slots --slot-bytes`): None or 0 leaves the library's default."""
+    --threads --slots --slot-bytes`): None or 0 leaves the library's default (LoadOptions in
+    zckpt/load_options.h says what each resolves to)."""
     values = {"threads": threads, "slots": slots, "slot_bytes": slot_bytes}
     for name, v in values.items():
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"{name} must be a positive integer (or None for the default), not {v!r}")
-    return _C.Ring(**{k: v or 0 for k, v in values.items()})
+    return _C.Ring(**{k: v or None for k, v in values.items()})
 
 
 def _allowed(allow_globals, weights_only=False):
@@ -152,10 +153,10 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
 
     Storages stream from the container onto their device (map_location as torch.load accepts
     it), each chunk's checksum checked unless verify=False. threads: threads reading and
-    checking chunks (default half the hardware threads, 2 to 8; with mmap=True, the threads
-    hashing the mapping); slots and slot_bytes: the ring of host buffers they fill (default
-    max(4, threads + 2) slots of max(chunk size, 8 MiB)), as `zckpt load --threads --slots
-    --slot-bytes`. The ring is the host memory a load takes beyond its CPU destinations, and on
+    checking chunks (default half the hardware threads, 2 to 8, and from s3:// at least
+    ZCKPT_S3_CONNECTIONS, 8; with mmap=True, the threads hashing the mapping); slots and
+    slot_bytes: the ring of host buffers they fill (default max(4, threads + 2) slots of
+    max(chunk size, 8 MiB)), as `zckpt load --threads --slots --slot-bytes`. The ring is the host memory a load takes beyond its CPU destinations, and on
     a CUDA target the device memory beyond the tensors.
 
     Nothing from the file runs before zckpt has vetted it: the kept pickle is first read by
@@ -292,8 +293,8 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     checked against them; a verl-style file (..._world_size_W_rank_R) of another rank or world
     size is refused. FSDP1 modules (FullyShardedDataParallel) are written straight into each
     rank's FlatParameter shard (see _fsdp.py; call on every rank, as load_state_dict). Extra
-    memory: the loader's ring (slots x slot_bytes, 4 x 8 MiB by default; threads, slots and
-    slot_bytes as for load), host and device alike;
+    memory: the loader's ring (slots x slot_bytes, by default max(4, threads + 2) x
+    max(chunk size, 8 MiB); threads, slots and slot_bytes as for load), host and device alike;
     an FSDP1 fallback to FSDP's load_state_dict (a needed rank file missing) costs model/W + the
     largest parameter."""
     path = _path(f)

@@ -16,8 +16,9 @@ of the rank that saved those rows, `..._world_size_W_rank_K.zckpt` in the same f
 into the FlatParameter shard: zckpt::LoadRegions' element runs stream the chunks holding those
 bytes into the shard's memory, checksums checked. No all-gather, no state-dict copy, no collective.
 
-Memory (host and device): nothing beyond the loader's ring (slots x slot size, 4 x 8 MiB by
-default; on a CUDA target a pinned host ring of the same size). Reads: this rank's shard
+Memory (host and device): nothing beyond the loader's ring (slots x slot size, by default
+max(4, threads + 2) x max(chunk size, 8 MiB); on a CUDA target a pinned host ring of the same
+size). Reads: this rank's shard
 bytes, plus whole chunks around them (chunk_bytes, 4 MiB by default) from the files holding
 them, i.e. about (model bytes / W) + 2 x chunk_bytes x (parameters straddling a file boundary).
 
