@@ -47,7 +47,7 @@ struct VerifiedFile {
 };
 
 struct VerifyPathOptions {
-  unsigned threads = 0;  // checking threads per file; 0: hardware concurrency
+  std::optional<unsigned> threads;  // checking threads per file, as VerifyOptions::threads
   // A file's check starts (a container once it opened); `total` its bytes, 0 while unknown.
   std::function<void(const std::string& path, uint64_t total)> on_begin;
   // Bytes checked of the file begun last (done, total); calls never overlap.

@@ -71,7 +71,7 @@ VerifyProblem Problem(ErrorKind kind, std::string message, ErrorPlace place) {
 
 VerifyOptions ContainerOptions(const VerifyPathOptions& options) {
   VerifyOptions opt;
-  if (options.threads) opt.threads = options.threads;  // 0: unset
+  opt.threads = options.threads;
   opt.progress = options.progress;
   return opt;
 }

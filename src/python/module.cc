@@ -262,7 +262,7 @@ py::dict PlaceFields(const ErrorPlace& place) {
 // "kind" ("corrupt" or "unsafe": ErrorKindName), "message", and PlaceFields. A problem that is not
 // a finding (IsFinding: the file could not be checked) raises as its Error, as `zckpt verify`
 // exits 2 for it where it exits 1 for a finding.
-py::list Verify(const std::string& path, unsigned threads) {
+py::list Verify(const std::string& path, std::optional<unsigned> threads) {
   std::vector<VerifiedFile> files;
   {
     py::gil_scoped_release release;
@@ -470,7 +470,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("zstd_level") = 0, py::arg("threads") = 0, py::arg("allow_globals") = std::vector<std::string>{});
   m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = 0);
+  m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = py::none());
   // Object storage folders and small objects (zckpt/object_store.h): what the Python layer's
   // path helpers (zckpt/_paths.py) use for s3:// folders, DCP's .metadata and indexes.
   m.def("is_object_url", [](const std::string& p) { return zckpt::IsObjectUrl(p); }, py::arg("path"));

@@ -90,6 +90,30 @@ def test_verify_raises_and_lists(damaged):
         assert getattr(e.value, field) == found[field], field
 
 
+def test_every_load_path_places_the_bad_chunk(damaged):
+    """A CorruptError from any load names the bad chunk as attributes, as verify's does: the
+    streamed load, the in-place load, the verified mapping and iter_tensors each check chunks
+    through the one chunk checker and raise Container::ChunkError."""
+    _, path, inside = damaged
+    storage = storage_of(path, VICTIM)
+    flipped = storage["offset"] + inside
+    target = {k: torch.zeros_like(v) for k, v in _state().items()}
+    calls = {
+        "load": lambda: zckpt.load(path),
+        "load_into": lambda: zckpt.load_into(path, target),
+        "mmap": lambda: zckpt.load(path, mmap=True),
+        "iter_tensors": lambda: list(zckpt.iter_tensors(path)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(zckpt.CorruptError) as e:
+            call()
+        err = e.value
+        assert err.file == path and err.storage == storage["key"] and VICTIM in err.tensors, (name, str(err))
+        assert isinstance(err.chunk, int) and f"chunk {err.chunk}," in str(err), (name, str(err))
+        assert err.file_bytes[0] <= flipped < err.file_bytes[1], (name, err.file_bytes)
+        assert err.storage_bytes[0] <= inside < err.storage_bytes[1], (name, err.storage_bytes)
+
+
 def test_errors_carry_their_place_as_attributes(tmp_path):
     """Every ZckptError has the place attributes: set from the C++ error's place (verify of a
     folder holding no container names the folder), None where an error is about no place."""

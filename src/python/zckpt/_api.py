@@ -339,9 +339,10 @@ def export(src, dst, *, format=None, allow_globals=()):
     _C.export(_path(src), dst, format, _allowed(allow_globals))
 
 
-def verify(path, *, threads=0, raise_on_error=True):
+def verify(path, *, threads=None, raise_on_error=True):
     """Checks every byte of a container, and that its kept pickle is readable, names no
-    code-running global and describes the same tensors as its index. Returns the list of
+    code-running global and describes the same tensors as its index, on `threads` checking
+    threads per file (None or 0: all cores, as `zckpt verify --threads`). Returns the list of
     problems (messages; empty when good); with raise_on_error, raises CorruptError listing them
     instead. That CorruptError's `problems` holds each one as a dict: "kind" ("corrupt" or
     "unsafe"), "message", and where it lies, "file", "storage", "tensors" (a list), "chunk",
@@ -349,7 +350,7 @@ def verify(path, *, threads=0, raise_on_error=True):
     its own attributes of those names are the first problem's (as every ZckptError's are its
     own). A file that could not be checked at all (missing, unreadable, not a container,
     unsupported) raises its ZckptError, where `zckpt verify` exits 2."""
-    found = _C.verify(_path(path), threads)
+    found = _C.verify(_path(path), _ring(threads, None, None).threads)
     problems = [p["message"] for p in found]
     if problems and raise_on_error:
         error = CorruptError("\n".join(problems))
