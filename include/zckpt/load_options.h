@@ -34,8 +34,8 @@ inline unsigned DefaultReaderThreads() {
 }
 
 // The defaults a load resolves its unset options to (ResolveLoadSizes), each with its reason.
-// A ring slot holds at least one chunk (a chunk is checked and decoded whole); 8 MiB per slot
-// keeps each copy long enough to hide a reader's wait.
+// A ring slot holds at least one chunk (a chunk is checked and decoded whole), and at least
+// this much, so that the many small chunks of small storages share one.
 inline constexpr uint64_t kDefaultSlotBytes = 8ull << 20;
 // Ring slots: one per reader plus two being copied, and never fewer than this.
 inline constexpr unsigned kMinRingSlots = 4;

@@ -27,8 +27,9 @@ std::optional<ChunkFault> ChunkChecker::Finish() {
     if (got != rec_.stored_checksum) return ChunkFault{ChunkFault::Kind::kStoredChecksum, rec_.stored_checksum, got, {}};
   }
   if (!zstd_) return std::nullopt;
-  // Window mode hashes the decoded bytes itself; with verify off the expected value is unused
-  // only in destination mode, so window mode without verify is not a mode any reader asks for.
+  // Through the window (the verifier's mode) the decoder hashes the decoded bytes as they pass
+  // and checks the raw checksum itself; into a destination it is taken here, over the bytes
+  // the caller gets.
   std::optional<ChunkFault> fault = decoder_->Finish(rec_.raw_checksum);
   if (fault || !verify_ || decode_into_ == nullptr) return fault;
   uint64_t got = Checksum(decode_into_, rec_.raw_bytes);
