@@ -117,6 +117,16 @@ struct LoadStats {
   ReadMethod method = ReadMethod::kAuto;  // the method actually used
   bool verified = false;
   double seconds = 0;         // wall time of the whole call
+  // Where the threads' time went, in thread-seconds summed over every thread (with N readers
+  // they add up to about N x the streaming part of `seconds`): reading bytes into memory (pread,
+  // a mapping, a GET; a zstd chunk's decoding too), hashing them (each piece right after it
+  // lands, while in cache), copying ring slots into their destinations (host memcpy, or queuing
+  // a device copy), waiting (a reader for a free slot; the delivering thread for a filled slot
+  // or the device). Bytes read straight into a destination have no copy step.
+  double read_seconds = 0;
+  double hash_seconds = 0;
+  double copy_seconds = 0;
+  double wait_seconds = 0;
 };
 
 }  // namespace zckpt

@@ -13,6 +13,7 @@
 #include <future>
 #include <memory>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "common/fault_guard.h"
@@ -57,8 +58,9 @@ int ReopenDirect(int fd) {
 
 }  // namespace
 
-ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify, bool direct_when_uncached)
-    : c_(c), method_(method), verify_(verify) {
+ChunkReader::ChunkReader(const Container& c, ReadMethod method, bool verify, TimeSplit& split,
+                         bool direct_when_uncached)
+    : c_(c), method_(method), verify_(verify), split_(split) {
   if (ContainerFile::Of(c_).remote()) {
     // An object: no mapping, no descriptor; every chunk is one ranged GET (Container::ReadChunk,
     // which fetches a chunk failing its checksum again), each reader thread a connection.
@@ -91,6 +93,7 @@ ChunkReader::~ChunkReader() {
 }
 
 uint64_t ChunkReader::ReadFile(uint64_t offset, uint64_t len, uint8_t* dst) const {
+  TimeSplit::Scope timed(split_, TimeSplit::kRead);
   uint64_t size = c_.file_bytes();
   if (method_ == ReadMethod::kMmap) {
     uint64_t n = offset >= size ? 0 : std::min(len, size - offset);
@@ -125,13 +128,16 @@ namespace {
 // The chunk checker fed each needed chunk of a span in file order, as pieces of the span arrive.
 class SpanChecker {
  public:
-  SpanChecker(const Container& c, const Destinations& d, uint64_t begin, uint64_t first, uint64_t last, bool verify)
-      : c_(c), d_(d), begin_(begin), next_(first), last_(last), verify_(verify) {
+  SpanChecker(const Container& c, const Destinations& d, uint64_t begin, uint64_t first, uint64_t last, bool verify,
+              TimeSplit& split)
+      : c_(c), d_(d), begin_(begin), next_(first), last_(last), verify_(verify), split_(split) {
     Advance();
   }
 
   // Span bytes [0, upto) are now in `dst`.
   void Feed(const uint8_t* dst, uint64_t upto) {
+    std::optional<TimeSplit::Scope> timed;
+    if (verify_) timed.emplace(split_, TimeSplit::kHash);
     while (next_ < last_) {
       uint64_t lo = std::max(fed_, rec_.offset - begin_), hi = std::min(upto, rec_.offset + rec_.raw_bytes - begin_);
       if (hi <= lo) break;
@@ -160,6 +166,7 @@ class SpanChecker {
   const Destinations& d_;
   uint64_t begin_, next_, last_;
   bool verify_;
+  TimeSplit& split_;
   format::internal::ChunkChecker checker_;
   format::ChunkRecord rec_;
   uint64_t fed_ = 0;  // span bytes of the current chunk fed so far end here
@@ -170,13 +177,20 @@ class SpanChecker {
 #endif
 
 // Fresh destination memory costs a page fault per 4 KiB when the read first writes it: the
-// range is populated in one call first (src/loader/README.md has what it measured). Rounding out
-// to whole pages is safe: those pages are mapped (they hold dst's first and last bytes), and
-// populating changes no byte.
+// range is populated in one call first (src/loader/README.md has what it measured). Memory that
+// is already there (an in-place load's tensors) is not: populating walks and pins every page
+// again, about 0.1 s a GiB, while mincore, which only reads the page tables, says in well under
+// 1 ms that nothing needs it. Rounding out to whole pages is safe: those pages are mapped (they
+// hold dst's first and last bytes), and populating changes no byte.
 void PopulateForWrite(uint8_t* dst, uint64_t len) {
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(dst) / page * page;
   uintptr_t end = (reinterpret_cast<uintptr_t>(dst) + len + page - 1) / page * page;
+  thread_local std::vector<unsigned char> resident;
+  resident.resize((end - begin) / page);
+  if (mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) == 0 &&
+      std::all_of(resident.begin(), resident.end(), [](unsigned char v) { return (v & 1) != 0; }))
+    return;
   (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 }
 
@@ -191,7 +205,7 @@ constexpr size_t kUncachedDepth = 8;
 
 void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t first, uint64_t last,
                            const Destinations& d) const {
-  SpanChecker checker(c_, d, begin, first, last, verify_);
+  SpanChecker checker(c_, d, begin, first, last, verify_, split_);
   for (uint64_t at = 0; at < end - begin && !checker.done();) {
     uint64_t want = std::min(kHashPiece, end - begin - at);
     uint64_t got = ReadFile(begin + at, want, dst + at);
@@ -209,7 +223,9 @@ void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, 
   if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
-    // zstd frames are read (pread, whatever the method), checked and decoded by the container.
+    // zstd frames are read (pread, whatever the method), checked and decoded by the container
+    // (all of it counted as reading).
+    TimeSplit::Scope timed(split_, TimeSplit::kRead);
     c_.ReadChunk(i, slot + plan.slot_offset[i], verify_);
   }
 }
@@ -250,13 +266,21 @@ void ForEachRun(const Container& c, const Batch& b, const Destinations& d, DstOf
 void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
   ForEachRun(
       c_, b, d, [&](uint64_t i) { return b.in_slot ? slot + plan.slot_offset[i] : d.of(i)[0].dst; },
-      [&](uint64_t i, uint8_t* dst, const format::ChunkRecord&) { c_.ReadChunk(i, dst, verify_); },
+      [&](uint64_t i, uint8_t* dst, const format::ChunkRecord&) {
+        TimeSplit::Scope timed(split_, TimeSplit::kRead);
+        c_.ReadChunk(i, dst, verify_);
+      },
       [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
         // One ranged GET for the run, then each chunk checked where it landed; one that fails
         // is fetched again alone (ReadChunk, which retries it and then names it).
-        ContainerFile::Of(c_).ReadAt(offset, len, dst);
+        {
+          TimeSplit::Scope timed(split_, TimeSplit::kRead);
+          ContainerFile::Of(c_).ReadAt(offset, len, dst);
+        }
+        if (!verify_) return;
+        TimeSplit::Scope timed(split_, TimeSplit::kHash);  // with any re-fetch of a bad chunk
         thread_local format::internal::ChunkChecker checker;
-        for (uint64_t k = first; k < last && verify_; ++k) {
+        for (uint64_t k = first; k < last; ++k) {
           format::ChunkRecord n = c_.chunk(k);
           if (checker.Check(n, dst + (n.offset - offset))) c_.ReadChunk(k, dst + (n.offset - offset), true);
         }
@@ -269,6 +293,7 @@ void ChunkReader::ReadIntoDestinations(const Batch& b, const Destinations& d) co
       c_, b, d, [&](uint64_t i) { return d.of(i)[0].dst; },
       [&](uint64_t i, uint8_t* dst, const format::ChunkRecord& r) {
         PopulateForWrite(dst, r.raw_bytes);
+        TimeSplit::Scope timed(split_, TimeSplit::kRead);
         c_.ReadChunk(i, dst, verify_);
       },
       [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
@@ -306,7 +331,7 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
   std::vector<std::unique_ptr<SpanChecker>> checkers;
   checkers.reserve(spans.size());
   for (const DestinationSpan& s : spans)
-    checkers.push_back(std::make_unique<SpanChecker>(c_, d, s.begin, s.first, s.last, verify_));
+    checkers.push_back(std::make_unique<SpanChecker>(c_, d, s.begin, s.first, s.last, verify_, split_));
   auto shrank = [&](size_t k) {
     return Error(ErrorKind::kIo, FileShrankMessage(c_.path(), spans[k].begin, spans[k].end) + " (reading " +
                                      c_.DescribeChunk(checkers[k]->pending()) + ")");
@@ -322,7 +347,11 @@ void ChunkReader::ReadDestinationSpans(const std::vector<DestinationSpan>& spans
   auto finish_oldest = [&] {
     InFlight f = std::move(queue.front());
     queue.pop_front();
-    uint64_t got = f.got.get();
+    uint64_t got;
+    {
+      TimeSplit::Scope timed(split_, TimeSplit::kRead);  // the O_DIRECT read still in flight
+      got = f.got.get();
+    }
     uncached_bytes_ += got;
     checkers[f.span]->Feed(spans[f.span].dst, f.at + got);  // hashed right as it lands, in order
     if (got < f.len) throw shrank(f.span);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "loader/time_split.h"
 #include "zckpt/load_options.h"
 
 namespace zckpt {
@@ -28,8 +29,8 @@ class ChunkReader {
   // reads in flight (where the filesystem takes O_DIRECT; else everything goes through the page
   // cache). kMmap copies out of the container's mapping with GuardedCopy. Every method ends a read
   // of a file that shrank with Error(kIo) naming it; every byte is hashed where it landed (slot or
-  // destination).
-  ChunkReader(const Container& c, ReadMethod method, bool verify, bool direct_when_uncached = true);
+  // destination). Time spent reading and hashing is added to `split`.
+  ChunkReader(const Container& c, ReadMethod method, bool verify, TimeSplit& split, bool direct_when_uncached = true);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -75,6 +76,7 @@ class ChunkReader {
   const Container& c_;
   ReadMethod method_;
   bool verify_;
+  TimeSplit& split_;
   int fd_ = -1;           // the container's descriptor, or o_direct_fd_ (kDirect)
   int o_direct_fd_ = -1;  // owned: the O_DIRECT reopening (kDirect; with kPread, for uncached ranges)
   mutable std::atomic<uint64_t> uncached_bytes_{0};

@@ -28,9 +28,9 @@ struct Filled {
 class Run {
  public:
   Run(const Plan& plan, const Destinations& d, const ChunkReader& reader, CopyEngine& engine,
-      const PipelineConfig& config, const StagingHooks& staging, Ring& ring)
-      : plan_(plan), d_(d), reader_(reader), engine_(engine), config_(config), staging_(staging), ring_(ring),
-        received_(d.staged_bytes.size(), 0) {}
+      const PipelineConfig& config, TimeSplit& split, const StagingHooks& staging, Ring& ring)
+      : plan_(plan), d_(d), reader_(reader), engine_(engine), config_(config), split_(split), staging_(staging),
+        ring_(ring), received_(d.staged_bytes.size(), 0) {}
 
   // First error wins; then Stop().
   void Fail(std::exception_ptr e) {
@@ -65,6 +65,7 @@ class Run {
         const Batch& batch = plan_.batches[b];
         int slot = -1;
         if (batch.in_slot) {
+          TimeSplit::Scope timed(split_, TimeSplit::kWait);
           std::optional<unsigned> s = ring_.Acquire();
           if (!s) return;
           slot = static_cast<int>(*s);
@@ -87,6 +88,7 @@ class Run {
         ReclaimSlots(false);
         std::optional<Filled> item = filled_.TryPop();
         if (!item) {
+          TimeSplit::Scope timed(split_, TimeSplit::kWait);
           if (engine_.HasInFlight()) {  // nothing to deliver: wait for the device instead
             ReclaimSlots(true);
             continue;
@@ -113,6 +115,7 @@ class Run {
   }
 
   void Deliver(const Batch& batch, unsigned slot) {
+    TimeSplit::Scope timed(split_, TimeSplit::kCopy);
     const uint8_t* base = ring_.data(slot);
     for (uint64_t i = batch.first; i < batch.last; ++i) {
       for (const Piece& p : d_.of(i)) {
@@ -137,6 +140,7 @@ class Run {
   const ChunkReader& reader_;
   CopyEngine& engine_;
   const PipelineConfig& config_;
+  TimeSplit& split_;
   const StagingHooks& staging_;
   Ring& ring_;
   BlockingQueue<Filled> filled_;
@@ -151,7 +155,8 @@ class Run {
 }  // namespace
 
 PipelineStats RunPipeline(const Plan& plan, const Destinations& d, const ChunkReader& reader,
-                          CopyEngine& engine, const PipelineConfig& config, const StagingHooks& staging) {
+                          CopyEngine& engine, const PipelineConfig& config, TimeSplit& split,
+                          const StagingHooks& staging) {
   PipelineStats stats;
   if (plan.batches.empty()) return stats;
   // No more slots than slot batches, no more readers than batches: nothing would use them.
@@ -162,7 +167,7 @@ PipelineStats RunPipeline(const Plan& plan, const Destinations& d, const ChunkRe
   stats.slots = slots;
   stats.threads = threads;
 
-  Run run(plan, d, reader, engine, config, staging, ring);
+  Run run(plan, d, reader, engine, config, split, staging, ring);
   std::vector<std::thread> readers;
   try {
     for (unsigned t = 0; t < threads; ++t) readers.emplace_back([&run] { run.ReaderMain(); });

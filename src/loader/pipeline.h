@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "loader/time_split.h"
+
 namespace zckpt::loader {
 
 class ChunkReader;
@@ -39,7 +41,9 @@ struct PipelineStats {
   unsigned threads = 0;
 };
 
+// Time spent copying slots out and waiting is added to `split` (the reader adds its own).
 PipelineStats RunPipeline(const Plan& plan, const Destinations& d, const ChunkReader& reader,
-                          CopyEngine& engine, const PipelineConfig& config, const StagingHooks& staging = {});
+                          CopyEngine& engine, const PipelineConfig& config, TimeSplit& split,
+                          const StagingHooks& staging = {});
 
 }  // namespace zckpt::loader

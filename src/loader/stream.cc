@@ -65,7 +65,8 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   LoadStats stats;
   const LoadOptions& o = given;
   const LoadSizes sizes = ResolveContainerLoad(o, c);
-  ChunkReader reader(c, Resolve(o.method), o.verify, o.direct_when_uncached);
+  TimeSplit split;
+  ChunkReader reader(c, Resolve(o.method), o.verify, split, o.direct_when_uncached);
   PlanOptions po;
   // Room for one chunk plus O_DIRECT rounding at both ends, so any single chunk fits a slot.
   po.slot_capacity = sizes.slot_bytes + 2 * kDirectIoAlign;
@@ -81,7 +82,7 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   config.slot_capacity = po.slot_capacity;
   config.progress = o.progress;
   config.cancel = o.cancel;
-  PipelineStats ps = RunPipeline(plan, d, reader, *engine, config, staging);
+  PipelineStats ps = RunPipeline(plan, d, reader, *engine, config, split, staging);
 
   stats.raw_bytes = plan.raw_bytes;
   stats.stored_bytes = plan.stored_bytes;
@@ -96,6 +97,10 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   stats.threads = ps.threads;
   stats.method = reader.method();
   stats.verified = o.verify;
+  stats.read_seconds = split.seconds(TimeSplit::kRead);
+  stats.hash_seconds = split.seconds(TimeSplit::kHash);
+  stats.copy_seconds = split.seconds(TimeSplit::kCopy);
+  stats.wait_seconds = split.seconds(TimeSplit::kWait);
   return stats;
 }
 

@@ -74,6 +74,29 @@ def test_bench_runs_interleaved_rounds_warm_and_cold(tmp_path):
     assert "x ref (paired)" in r.stdout and "loadavg" in r.stdout
 
 
+def test_bench_in_place_contenders_and_their_targets(tmp_path):
+    """The in-place rows (zckpt.load_into and safetensors' safe_open + copy_ into tensors made
+    before the clock, verified and not) and the faulted-memory floors run, every loader's tensors
+    equal torch.save's, and the three targets of a verified copy are judged from them."""
+    out_json = tmp_path / "bench.json"
+    only = ("zckpt_into_py,zckpt_into_py_noverify,safetensors_into,zckpt_mmap,zckpt_mmap_noverify,"
+            "floor_pread_faulted,floor_memcpy_faulted")
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench.py"), "--zckpt", zckpt_bin(), "--gib", "0.02",
+                        "--rounds", "1", "--modes", "warm", "--only", only,
+                        "--peers-python", str(tmp_path / "none"), "--workdir", str(tmp_path / "work"),
+                        "--out", str(out_json)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(out_json.read_text())
+    rows = {x["contender"]: x for x in d["rows"]}
+    for name in only.split(","):
+        assert rows[name]["n"] == 1 and rows[name]["median"] > 0, rows[name]
+        assert rows[name]["identical"] is (None if name.startswith("floor") else True), rows[name]
+    judged = {t["target"] for t in d["targets"]}
+    assert {"verified in-place load <= 1.15x the faulted-memory copy floor (warm)",
+            "verified in-place load <= safetensors safe_open + copy_ (warm)",
+            "verified mmap load + read all <= 1.2x the same with verify=False (warm)"} <= judged, judged
+
+
 def test_summary_flags_different_tensors_and_a_cache_not_as_asked():
     expected = {"digest": "good", "tensor_bytes": 1, "tensors": 1}
     runs = [

@@ -203,3 +203,30 @@ def test_not_a_container(good):
     assert pt in str(e.value)
     with pytest.raises(zckpt.ZckptError):
         zckpt.load(pt + ".missing")
+
+
+def test_flip_in_the_last_block_of_a_chunk_read_in_place(tmp_path):
+    """A chunk read straight into its destination is hashed piece by piece as its bytes land (each
+    512 KiB piece right after its read, while in cache); the chunk is judged only once its last
+    piece is in: a flip in the last byte of a middle chunk fails load_into and names that chunk,
+    its file range ending just past the flipped byte."""
+    g = torch.Generator().manual_seed(1)
+    state = {"big": torch.randn(1024, 1024, generator=g), "norm": torch.ones(8)}  # 4 MiB: 4 chunks of 1 MiB
+    pt = str(tmp_path / "m.pt")
+    torch.save(state, pt)
+    path = str(tmp_path / "m.zckpt")
+    zckpt.convert(pt, path, chunk_bytes=1 << 20)
+    storage = storage_of(path, "big")
+    flipped = storage["offset"] + (2 << 20) - 1  # the last byte of chunk 1 of the storage
+    flip_byte(path, flipped)
+    target = {k: torch.zeros_like(v) for k, v in state.items()}
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.load_into(path, target)
+    err = e.value
+    assert err.file == path and "big" in err.tensors, str(err)
+    assert err.file_bytes == (storage["offset"] + (1 << 20), flipped + 1), (err.file_bytes, str(err))
+    assert err.storage_bytes == (1 << 20, 2 << 20), err.storage_bytes
+    # Unverified, the flipped byte is what lands: the check, not the read, caught it.
+    zckpt.load_into(path, target, verify=False)
+    diff = (target["big"].view(torch.uint8).reshape(-1) != state["big"].view(torch.uint8).reshape(-1)).nonzero()
+    assert diff.reshape(-1).tolist() == [(2 << 20) - 1]

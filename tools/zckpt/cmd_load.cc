@@ -183,6 +183,8 @@ void PrintJson(const std::string& path, const Report& r) {
     jw.Key("threads").UInt(s.threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
     jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
     jw.Key("chunks").UInt(s.chunks).Key("destination_chunks").UInt(s.destination_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
+    jw.Key("read_seconds").Double(s.read_seconds).Key("hash_seconds").Double(s.hash_seconds);
+    jw.Key("copy_seconds").Double(s.copy_seconds).Key("wait_seconds").Double(s.wait_seconds);
   }
   jw.Key("rss_before").UInt(r.before.rss).Key("rss_peak").UInt(r.after.peak);
   jw.Key("rss_peak_delta").UInt(Delta(r.after.peak, r.before.rss)).Key("rss_peak_exact").Bool(r.host_peak_reset);
@@ -208,6 +210,8 @@ void PrintText(const std::string& path, const Report& r) {
     std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
                 ReadMethodName(s.method), s.threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
                 static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.destination_chunks));
+    std::printf("  thread time: read %.3f s, hash %.3f s, copy %.3f s, wait %.3f s (summed over threads)\n",
+                s.read_seconds, s.hash_seconds, s.copy_seconds, s.wait_seconds);
   }
   std::printf("  host RSS: peak %s (+%s over %s before the load)%s\n", FormatBytes(r.after.peak).c_str(),
               FormatBytes(Delta(r.after.peak, r.before.rss)).c_str(), FormatBytes(r.before.rss).c_str(),
