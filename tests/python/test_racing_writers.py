@@ -1,6 +1,6 @@
 """Two processes saving to one path at once (issue 22, part 3).
 
-The rule (src/common/atomic_file.h, README "Writers"): each save is whole, the last rename wins,
+The rule (src/common/atomic_file.h, docs/writers.md): each save is whole, the last rename wins,
 and a save that finds at its commit that another writer replaced the destination since it began
 still commits and says so on stderr ("... last rename wins"). Two processes save their own
 checkpoint to the same path in a loop while this one loads it: every load, and the final file,
