@@ -77,6 +77,7 @@ CONTENDERS = {
 # --device cuda: loads onto the first GPU (reference zckpt_py_cuda).
 CUDA_CONTENDERS = {
     "zckpt_py_cuda": ("zckpt.load cuda (verified)", "zckpt", "project"),
+    "zckpt_py_cuda_noverify": ("zckpt.load cuda verify=False (the checksum's cost)", "zckpt", "project"),
     "zckpt_cli_cuda": ("zckpt load CLI --device cuda", "zckpt", "cli"),
     "zckpt_into_cuda": ("zckpt load --device cuda --into", "zckpt", "cli"),
     "torch_cuda": ("torch.load cuda", "pt", "project"),

@@ -42,9 +42,14 @@ def write_shard(zckpt, workdir, gib, python):
     return out
 
 
+# Each build's binaries find their own libzckpt through their run path; LD_LIBRARY_PATH (which
+# `meson devenv` sets to one build's folders) would win over it and give both the same library.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+
+
 def load_once(zckpt, path, mode, verify):
     cmd = [zckpt, "load", path, "--json", "--progress", "never"] + MODE_FLAGS[mode] + ([] if verify else ["--no-verify"])
-    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=CLEAN_ENV)
     return json.loads(r.stdout.strip().splitlines()[-1])["seconds"]
 
 

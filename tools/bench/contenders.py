@@ -443,6 +443,12 @@ def load_zckpt_py_cuda(path):
     return zckpt.load(path, map_location="cuda")
 
 
+def load_zckpt_py_cuda_noverify(path):
+    import zckpt
+
+    return zckpt.load(path, map_location="cuda", verify=False)
+
+
 def load_torch_cuda(path):
     import torch
 
@@ -485,6 +491,7 @@ def load_floor_pinned_h2d(path):
 
 CONTENDERS = {
     "zckpt_py_cuda": load_zckpt_py_cuda,
+    "zckpt_py_cuda_noverify": load_zckpt_py_cuda_noverify,
     "torch_cuda": load_torch_cuda,
     "safetensors_cuda": load_safetensors_cuda,
     "fastsafetensors_cuda": load_fastsafetensors_cuda,
@@ -519,7 +526,7 @@ IMPORTS = {
     "zckpt_into_py": ["torch", "zckpt"], "zckpt_into_py_noverify": ["torch", "zckpt"],
     "safetensors_into": ["torch", "safetensors"], "zckpt_mmap_noverify": ["torch", "zckpt"],
     "floor_pread_faulted": [], "floor_memcpy_faulted": [],
-    "zckpt_py_cuda": ["torch", "zckpt"], "torch_cuda": ["torch"], "safetensors_cuda": ["torch", "safetensors.torch"],
+    "zckpt_py_cuda": ["torch", "zckpt"], "zckpt_py_cuda_noverify": ["torch", "zckpt"], "torch_cuda": ["torch"], "safetensors_cuda": ["torch", "safetensors.torch"],
     "fastsafetensors_cuda": ["torch", "fastsafetensors"], "floor_pinned_h2d": ["torch"],
 }
 PREPARE = {"floor_pinned_h2d": prepare_pinned, "zckpt_into_py": prepare_targets,
@@ -540,7 +547,7 @@ def main():
     for m in IMPORTS[args.kind]:
         importlib.import_module(m)
     fn = CONTENDERS[args.kind]
-    cuda = args.kind.endswith("_cuda") or args.kind == "floor_pinned_h2d"
+    cuda = "_cuda" in args.kind or args.kind == "floor_pinned_h2d"
     if cuda:
         import torch
 
