@@ -143,15 +143,16 @@ class Counters:
             self.peak = self.inflight_now
             self.ops, self.connections, self.bytes_out, self.bytes_in = {}, 0, 0, 0
 
-    def begin(self):
+    def begin(self, op, new_connection):
         with self.lock:
             self.inflight_now += 1
             self.peak = max(self.peak, self.inflight_now)
+            self.ops[op or "other"] = self.ops.get(op or "other", 0) + 1
+            self.connections += new_connection
 
-    def end(self, op):
+    def end(self):
         with self.lock:
             self.inflight_now -= 1
-            self.ops[op] = self.ops.get(op, 0) + 1
 
     def add(self, name, n):
         with self.lock:
@@ -403,9 +404,9 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
         while at < end:
             b = read(at, min(self.piece_bytes(), end - at))
             self.pace(len(b))
+            self.srv.counters.add("bytes_out", len(b))
             self.wfile.write(b)
             at += len(b)
-        self.srv.counters.add("bytes_out", n)
 
     # ------------------------------------------------------------ routing
 
@@ -417,87 +418,64 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
         if path.startswith("/_shaping/"):
             return self.admin(path[len("/_shaping/"):], q)
         srv = self.srv
-        if not self.counted:
-            self.counted = True
-            srv.counters.add("connections", 1)
-        srv.counters.begin()
-        op = self.command
+        bucket, _, key = path.lstrip("/").partition("/")
+        op = operation(self.command, bucket, key, q)
+        # Counted as it begins: a client that has its answer sees it in the counters.
+        srv.counters.begin(op, new_connection=not self.counted)
+        self.counted = True
         try:
             if srv.shaping.ttfb_s:
                 time.sleep(srv.shaping.ttfb_s)
-            bucket, _, key = path.lstrip("/").partition("/")
             if srv.before:
                 srv.before(self.command, bucket, key, self.headers)
             body = self.read_body() if self.command in ("PUT", "POST") else b""
-            op = self.s3(bucket, key, q, body)
+            if op is None or "x-amz-copy-source" in self.headers:
+                raise S3Error(501, "NotImplemented", f"{self.command} {url.path}?{url.query} is not implemented here")
+            getattr(self, op)(bucket, key, q, body)
         except S3Error as e:
             self.reply_error(e)
         except (ConnectionError, TimeoutError, OSError):
             self.close_connection = True
         finally:
-            srv.counters.end(op)
+            srv.counters.end()
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_request
 
-    def s3(self, bucket, key, q, body):
-        """Answers one S3 request; returns the operation's name (for the counters)."""
-        srv, m = self.srv, self.command
-        if not bucket:
-            raise S3Error(400, "NotImplemented", "ListBuckets is not implemented here")
-        if not key:
-            if m == "PUT":
-                with srv.lock:
-                    srv.buckets.setdefault(bucket, {})
-                self.reply(200, [("Location", "/" + bucket)])
-                return "CreateBucket"
-            if m == "HEAD":
-                srv.bucket(bucket)
-                self.reply(200)
-                return "HeadBucket"
-            if m == "GET" and "uploads" in q:
-                self.list_uploads(bucket, q)
-                return "ListMultipartUploads"
-            if m == "GET":
-                self.list_objects(bucket, q)
-                return "ListObjectsV2"
-            raise S3Error(405, "MethodNotAllowed", f"{m} of a bucket is not implemented here")
-        if m in ("GET", "HEAD"):
-            self.get(bucket, key)
-            return "GetObject" if m == "GET" else "HeadObject"
-        if m == "PUT" and "partNumber" in q:
-            self.upload_part(bucket, key, q, body)
-            return "UploadPart"
-        if m == "PUT":
-            if "x-amz-copy-source" in self.headers:
-                raise S3Error(501, "NotImplemented", "CopyObject is not implemented here")
-            obj = srv.store(bucket, key, Obj([body]))
-            self.reply(200, [("ETag", obj.etag)])
-            return "PutObject"
-        if m == "POST" and "uploads" in q:
-            srv.bucket(bucket)
-            uid = uuid.uuid4().hex
-            with srv.lock:
-                srv.multipart[uid] = (bucket, key, time.time(), {})
-            self.reply_xml("InitiateMultipartUploadResult", f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
-                                                            f"<UploadId>{uid}</UploadId>")
-            return "CreateMultipartUpload"
-        if m == "POST" and "uploadId" in q:
-            self.complete(bucket, key, q["uploadId"], body)
-            return "CompleteMultipartUpload"
-        if m == "DELETE" and "uploadId" in q:
-            with srv.lock:
-                self.upload(bucket, key, q["uploadId"])
-                del srv.multipart[q["uploadId"]]
-            self.reply(204)
-            return "AbortMultipartUpload"
-        if m == "DELETE":
-            with srv.lock:
-                srv.bucket(bucket).pop(key, None)
-            self.reply(204)
-            return "DeleteObject"
-        raise S3Error(405, "MethodNotAllowed", f"{m} with ?{urllib.parse.urlencode(q)} is not implemented here")
+    # One method an operation, named as S3 names it (the counters' names).
 
-    def get(self, bucket, key):
+    def CreateBucket(self, bucket, key, q, body):
+        with self.srv.lock:
+            self.srv.buckets.setdefault(bucket, {})
+        self.reply(200, [("Location", "/" + bucket)])
+
+    def HeadBucket(self, bucket, key, q, body):
+        self.srv.bucket(bucket)
+        self.reply(200)
+
+    def PutObject(self, bucket, key, q, body):
+        obj = self.srv.store(bucket, key, Obj([body]))
+        self.reply(200, [("ETag", obj.etag)])
+
+    def CreateMultipartUpload(self, bucket, key, q, body):
+        self.srv.bucket(bucket)
+        uid = uuid.uuid4().hex
+        with self.srv.lock:
+            self.srv.multipart[uid] = (bucket, key, time.time(), {})
+        self.reply_xml("InitiateMultipartUploadResult", f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
+                                                        f"<UploadId>{uid}</UploadId>")
+
+    def AbortMultipartUpload(self, bucket, key, q, body):
+        with self.srv.lock:
+            self.upload(bucket, key, q["uploadId"])
+            del self.srv.multipart[q["uploadId"]]
+        self.reply(204)
+
+    def DeleteObject(self, bucket, key, q, body):
+        with self.srv.lock:
+            self.srv.bucket(bucket).pop(key, None)
+        self.reply(204)
+
+    def GetObject(self, bucket, key, q, body):
         with self.srv.lock:
             obj = self.srv.bucket(bucket).get(key)
         if obj is None:
@@ -536,7 +514,7 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
         finally:
             getattr(read, "close", lambda: None)()
 
-    def list_objects(self, bucket, q):
+    def ListObjectsV2(self, bucket, key, q, body):
         with self.srv.lock:
             keys = sorted(self.srv.bucket(bucket).items())
         prefix, delim = q.get("prefix", ""), q.get("delimiter", "")
@@ -579,7 +557,7 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
                                             for p in prefixes)
         self.reply_xml("ListBucketResult", body)
 
-    def list_uploads(self, bucket, q):
+    def ListMultipartUploads(self, bucket, key, q, body):
         prefix = q.get("prefix", "")
         with self.srv.lock:
             self.srv.bucket(bucket)
@@ -596,7 +574,7 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
             raise S3Error(404, "NoSuchUpload", "The specified multipart upload does not exist.")
         return got
 
-    def upload_part(self, bucket, key, q, body):
+    def UploadPart(self, bucket, key, q, body):
         try:
             number = int(q["partNumber"])
         except ValueError:
@@ -608,7 +586,8 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
             self.upload(bucket, key, q.get("uploadId", ""))[3][number] = (etag, body)
         self.reply(200, [("ETag", etag)])
 
-    def complete(self, bucket, key, uid, body):
+    def CompleteMultipartUpload(self, bucket, key, q, body):
+        uid = q["uploadId"]
         listed = [(int(re.search(r"<PartNumber>\s*(\d+)\s*</PartNumber>", p).group(1)),
                    re.search(r"<ETag>(.*?)</ETag>", p, re.S).group(1).strip().replace("&quot;", '"'))
                   for p in re.findall(r"<Part>(.*?)</Part>", body.decode("utf-8", "replace"), re.S)]
@@ -631,6 +610,8 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
         self.reply_xml("CompleteMultipartUploadResult", f"<Location>{self.srv.url}/{escape(bucket)}/{escape(key)}</Location>"
                                                          f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
                                                          f"<ETag>{escape(obj.etag)}</ETag>")
+
+    HeadObject = GetObject
 
     def admin(self, what, q):
         srv = self.srv
@@ -665,6 +646,24 @@ class S3Handler(http.server.BaseHTTPRequestHandler):
         except S3Error as e:
             return self.reply_error(e)
         self.reply(200, [("Content-Type", "application/json")], json.dumps(out).encode())
+
+
+def operation(method, bucket, key, q):
+    """The S3 operation a request asks for (the name of its S3Handler method), or None."""
+    if not bucket:
+        return None
+    if not key:
+        return {"PUT": "CreateBucket", "HEAD": "HeadBucket",
+                "GET": "ListMultipartUploads" if "uploads" in q else "ListObjectsV2"}.get(method)
+    if method in ("GET", "HEAD"):
+        return "GetObject" if method == "GET" else "HeadObject"
+    if method == "PUT":
+        return "UploadPart" if "partNumber" in q else "PutObject"
+    if method == "POST":
+        return "CreateMultipartUpload" if "uploads" in q else "CompleteMultipartUpload" if "uploadId" in q else None
+    if method == "DELETE":
+        return "AbortMultipartUpload" if "uploadId" in q else "DeleteObject"
+    return None
 
 
 def decode_aws_chunked(body):
