@@ -47,11 +47,15 @@ reported (WRONG) and the script exits 1; one that cannot run (no peers virtualen
 Run:ai failing) is reported as "NAME: skipped: WHY" and the others still run. Medians [min,
 max] over the rounds; never best-of-N. "peak req" is the most requests in flight at the server
 during the contender's runs and "conns" the most connections it opened in one run (shaping
-server only); "+RSS MiB" the most this process's (or Run:ai's process's) resident memory grew
-over a run: the loaded tensors themselves are part of it. The machine's load average is printed
+server only; boto3's client keeps its pool from round to round, so it opens none after the
+first); "+RSS MiB" the most this process's (or Run:ai's process's) resident memory grew over a
+run, after what earlier runs freed was given back (malloc_trim): the loaded tensors themselves
+are part of it. The machine's load average is printed
 before and after each table.
 """
 import argparse
+import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -127,6 +131,15 @@ def sha256_of(path):
     return h.hexdigest()
 
 
+def release_free_memory():
+    """Gives back to the system what earlier rounds freed, so that a run's RSS growth is its own."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def loadavg():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -197,6 +210,7 @@ def run_table(setup, args, tensors, local, st_local, d):
 
     def in_process(fn, check):
         def run():
+            release_free_memory()
             contenders.reset_peak()
             before = contenders.host_memory()["VmRSS"]
             t0 = time.perf_counter()
