@@ -254,6 +254,14 @@ class S3Requests:
     def digest(self, bucket, key):
         return self._admin("GET", "digest?" + urllib.parse.urlencode({"bucket": bucket, "key": key}))
 
+    # A server with a close() is a context manager.
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 class ShapingServer(S3Requests):
     """The server, in this process: threads of its own (daemons), stopped by close()."""
@@ -305,12 +313,6 @@ class ShapingServer(S3Requests):
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class S3Handler(http.server.BaseHTTPRequestHandler):
@@ -703,12 +705,6 @@ class ServerProcess(S3Requests):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def main():
