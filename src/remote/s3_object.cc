@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
-#include <deque>
+#include <functional>
 #include <mutex>
+#include <vector>
 
 #include "remote/s3.h"
 #include "remote/s3_client.h"
+#include "remote/s3_pool.h"
 #include "zckpt/error.h"
 #include "zckpt/object_store.h"
 
@@ -62,32 +63,100 @@ Response Head(const S3Client& client, const ObjectLocation& loc) {
   return why.curl_code == CURLE_OK && why.status / 100 != 2 ? why : resp;
 }
 
+// What an open fetches: the object's first kHeadBytes (the superblock; all of a small object)
+// and its last kTailBytes, which hold the footer, the index and the blobs before it (the
+// pickle) of all but the largest indexes: opening and reading the pickle are two round trips,
+// no HEAD.
+constexpr uint64_t kHeadBytes = 64 << 10;
+constexpr uint64_t kTailBytes = 256 << 10;
+// Extents at most this far apart share a GET (the bytes between, alignment padding, dropped):
+// a request's time to first byte costs more than this many bytes on the way.
+constexpr uint64_t kMergeGap = 64 << 10;
+
+// Object bytes an open fetched, each range served from memory once: a second read of the same
+// bytes is a re-fetch (they failed a check) and goes to the server.
+class Prefetched {
+ public:
+  void Add(uint64_t offset, std::string bytes) { parts_.push_back({offset, std::move(bytes), {}}); }
+  // Copies [offset, offset + n) into dst when one part holds it all and none of it was served yet.
+  bool Serve(uint64_t offset, uint64_t n, void* dst) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Part& p : parts_) {
+      if (offset < p.offset || offset + n > p.offset + p.bytes.size()) continue;
+      for (auto [b, e] : p.served)
+        if (offset < e && b < offset + n) return false;
+      std::memcpy(dst, p.bytes.data() + (offset - p.offset), n);
+      p.served.emplace_back(offset, offset + n);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Part {
+    uint64_t offset;
+    std::string bytes;
+    std::vector<std::pair<uint64_t, uint64_t>> served;
+  };
+  std::mutex mu_;
+  std::vector<Part> parts_;
+};
+
 class ObjectSource final : public ByteSource {
  public:
   ObjectSource(std::string url, ObjectLocation loc, S3Client client)
       : url_(std::move(url)), loc_(std::move(loc)), client_(std::move(client)) {
-    Response resp = Head(client_, loc_);
-    if (resp.curl_code != CURLE_OK || resp.status / 100 != 2)
-      throw Error(ErrorKind::kIo, "cannot open " + url_ + ": " + resp.Describe() + Advice(resp));
-    etag_ = resp.etag;
-    if (resp.content_length < 0) throw Error(ErrorKind::kIo, "cannot open " + url_ + ": HEAD gave no Content-Length");
-    size_ = static_cast<uint64_t>(resp.content_length);
+    if (!OpenByGets()) OpenByHead();
   }
 
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return url_; }
   unsigned refetch_attempts() const override { return client_.config().attempts; }
-  unsigned connections() const override { return client_.config().connections; }
+  unsigned connections() const override { return std::min(client_.config().connections, kObjectReaderThreads); }
   void BackoffBeforeRetry(unsigned attempt) const override { client_.Backoff(attempt); }
 
-  void ReadAt(uint64_t offset, uint64_t n, void* dst) const override {
-    if (n == 0) return;
-    Request r;
-    r.bucket = loc_.bucket;
-    r.key = loc_.key;
-    r.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)};
+  void ReadAt(uint64_t offset, uint64_t n, void* dst) const override { ReadExtents({{offset, n, dst}}); }
+
+  // Each extent served from what the open fetched where it can be; the rest as ranged GETs of
+  // at most get_bytes, whatever the chunk size: a large extent split, near neighbours (at most
+  // kMergeGap apart) merged into one GET whose body is scattered to them, all GETs in parallel on
+  // the request pool.
+  void ReadExtents(const std::vector<ByteExtent>& extents) const override {
+    struct Group {
+      uint64_t begin, end;
+      std::vector<Request::Piece> pieces;
+    };
+    std::vector<Group> groups;
+    const uint64_t most = std::max<uint64_t>(1, client_.config().get_bytes);
+    for (const ByteExtent& e : extents) {
+      if (e.n == 0 || prefetched_.Serve(e.offset, e.n, e.dst)) continue;
+      const uint64_t parts = (e.n + most - 1) / most, each = (e.n + parts - 1) / parts;
+      for (uint64_t at = 0; at < e.n; at += each) {
+        const uint64_t offset = e.offset + at, len = std::min(each, e.n - at);
+        uint8_t* dst = static_cast<uint8_t*>(e.dst) + at;
+        if (!groups.empty() && offset >= groups.back().end && offset - groups.back().end <= kMergeGap &&
+            offset + len - groups.back().begin <= most) {
+          groups.back().pieces.push_back({offset - groups.back().begin, len, dst});
+          groups.back().end = offset + len;
+        } else {
+          groups.push_back({offset, offset + len, {{0, len, dst}}});
+        }
+      }
+    }
+    std::vector<std::function<void()>> gets;
+    gets.reserve(groups.size());
+    for (Group& g : groups) gets.push_back([this, &g] { Get(g.begin, g.end - g.begin, g.pieces); });
+    RequestPool::Instance().RunAll(gets, client_.config().connections);
+  }
+
+ private:
+  // One ranged GET of [offset, offset + n) pinned to the ETag, its body to `pieces`, retried
+  // (PerformRetrying); its failure an Error naming the range.
+  void Get(uint64_t offset, uint64_t n, const std::vector<Request::Piece>& pieces) const {
+    Request r = RangeRequest("bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1));
     if (!etag_.empty()) r.headers.push_back("If-Match: " + etag_);
-    r.sink = static_cast<uint8_t*>(dst);
+    if (pieces.size() == 1 && pieces[0].n == n) r.sink = pieces[0].dst;
+    else r.scatter = pieces;
     r.sink_bytes = n;
     Response resp = client_.PerformRetrying(r, [&](const Response& x) { return x.received == n; });
     std::string where = url_ + ": object bytes " + Range(offset, n);
@@ -102,12 +171,84 @@ class ObjectSource final : public ByteSource {
       throw Error(ErrorKind::kIo, "cannot read " + where + ": " + resp.Describe() + Advice(resp));
   }
 
- private:
+  Request RangeRequest(const std::string& range) const {
+    Request r;
+    r.bucket = loc_.bucket;
+    r.key = loc_.key;
+    r.headers = {"Range: " + range};
+    return r;
+  }
+
+  // The open as ranged GETs, no HEAD: the first kHeadBytes (its Content-Range gives the size, its
+  // ETag is pinned), then, for a larger object, its last kTailBytes pinned to that ETag (a 412
+  // there: the object changed between them, both are asked again). Their bytes are kept for the
+  // reads that follow. False where a GET cannot say (an empty object: 416); Error(kIo) on a
+  // refusal.
+  bool OpenByGets() {
+    for (unsigned attempt = 1;; ++attempt) {
+      std::string head(kHeadBytes, '\0');
+      Response h = Fetch(head, 0, "");
+      if (h.curl_code == CURLE_OK && h.status == 416) return false;
+      if (h.curl_code != CURLE_OK || h.status / 100 != 2) Refuse(h, 0, kHeadBytes);
+      // 200: a server that sends the whole object for a range; its length is the size.
+      const int64_t size = h.status == 200 ? h.content_length : h.object_size;
+      if (size < 0) throw Error(ErrorKind::kIo, "cannot open " + url_ + ": a ranged GET gave no size (Content-Range)");
+      const uint64_t tail_at = std::max<uint64_t>(head.size(), static_cast<uint64_t>(size) > kTailBytes ? size - kTailBytes : 0);
+      std::string tail(static_cast<uint64_t>(size) - std::min<uint64_t>(tail_at, size), '\0');
+      if (!tail.empty()) {
+        Response t = Fetch(tail, tail_at, h.etag);
+        if (t.curl_code == CURLE_OK && t.status == 412 && attempt < client_.config().attempts) {
+          client_.Backoff(attempt);
+          continue;
+        }
+        if (t.curl_code != CURLE_OK || t.status / 100 != 2 || t.received != tail.size()) Refuse(t, tail_at, tail.size());
+      }
+      etag_ = h.etag;
+      size_ = static_cast<uint64_t>(size);
+      prefetched_.Add(0, std::move(head));
+      if (!tail.empty()) prefetched_.Add(tail_at, std::move(tail));
+      return true;
+    }
+  }
+
+  // Error(kIo) for an open's GET of [offset, offset + n) that failed: after every attempt (a
+  // transfer that kept failing), or refused (what to check).
+  [[noreturn]] void Refuse(const Response& r, uint64_t offset, uint64_t n) const {
+    std::string where = "cannot open " + url_ + ": object bytes " + Range(offset, n);
+    if (r.curl_code != CURLE_OK)
+      throw Error(ErrorKind::kIo, where + " after " + std::to_string(client_.config().attempts) + " attempts: " + r.Describe() + Advice(r));
+    throw Error(ErrorKind::kIo, where + ": " + r.Describe() + Advice(r));
+  }
+
+  // A ranged GET of into.size() bytes at `offset` (pinned to `etag` unless empty) into `into`,
+  // cut to what came (an object ending sooner).
+  Response Fetch(std::string& into, uint64_t offset, const std::string& etag) const {
+    Request r = RangeRequest("bytes=" + std::to_string(offset) + "-" + std::to_string(offset + into.size() - 1));
+    if (!etag.empty()) r.headers.push_back("If-Match: " + etag);
+    r.sink = reinterpret_cast<uint8_t*>(into.data());
+    r.sink_bytes = into.size();
+    Response resp = client_.PerformRetrying(r, [](const Response& x) {
+      return x.content_length >= 0 && x.received == static_cast<uint64_t>(x.content_length);
+    });
+    into.resize(resp.received);
+    return resp;
+  }
+
+  void OpenByHead() {
+    Response resp = Head(client_, loc_);
+    if (resp.curl_code != CURLE_OK || resp.status / 100 != 2)
+      throw Error(ErrorKind::kIo, "cannot open " + url_ + ": " + resp.Describe() + Advice(resp));
+    etag_ = resp.etag;
+    if (resp.content_length < 0) throw Error(ErrorKind::kIo, "cannot open " + url_ + ": HEAD gave no Content-Length");
+    size_ = static_cast<uint64_t>(resp.content_length);
+  }
+
   std::string url_;
   ObjectLocation loc_;
   S3Client client_;
   std::string etag_;
   uint64_t size_ = 0;
+  mutable Prefetched prefetched_;
 };
 
 }  // namespace

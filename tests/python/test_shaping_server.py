@@ -82,7 +82,9 @@ def test_zckpt_load_of_an_object_equals_the_local_load(shaped, tmp_path):
     for key in ("served/m.zckpt", "put/m.zckpt"):
         assert_same(zckpt.load(f"s3://{BUCKET}/{key}"), zckpt.load(local))
     st = shaped.stats()
-    assert st["requests"].get("GetObject", 0) >= 2 * 4, st  # ranged GETs of a chunk or a run of chunks
+    # Per load: the open's GETs (its first bytes, its end: index and pickle) and the chunks'
+    # ranged GETs, near neighbours merged (issue 34: not one GET per run of 128 KiB chunks).
+    assert 2 * 2 <= st["requests"].get("GetObject", 0) <= 2 * 4, st
     assert st["peak_in_flight"] >= 1 and st["bytes_out"] >= 2 * (os.path.getsize(local) - (64 << 10)), st
 
 
@@ -171,18 +173,18 @@ def test_a_replaced_object_is_refused_mid_load(shaped, tmp_path):
     etag = shaped.serve_file(BUCKET, "replaced.zckpt", local)
     seen = []
 
-    def replace_at_first_get(method, bucket, key, headers):
+    def replace_at_second_get(method, bucket, key, headers):
         seen.append(method)
-        if method == "GET" and key == "replaced.zckpt" and seen.count("GET") == 1:
+        if method == "GET" and key == "replaced.zckpt" and seen.count("GET") == 2:
             shaped.store(BUCKET, key, ss.Obj([b"another version"]))
 
-    shaped.before = replace_at_first_get  # zckpt's HEAD at open pinned the old ETag
+    shaped.before = replace_at_second_get  # zckpt's first GET at open pinned the old ETag
     try:
         with pytest.raises(zckpt.ZckptError, match="replaced"):
             zckpt.load(f"s3://{BUCKET}/replaced.zckpt")
     finally:
         shaped.before = None
-    assert seen[0] == "HEAD" and shaped.digest(BUCKET, "replaced.zckpt")["etag"] != etag
+    assert "HEAD" not in seen and shaped.digest(BUCKET, "replaced.zckpt")["etag"] != etag
 
 
 def test_listing_pages_and_multipart_bookkeeping(shaped, monkeypatch):
