@@ -66,19 +66,25 @@ struct RequestPool::Impl {
     peak = std::max(peak, ++running);
   }
 
-  // A request ends (under mu): a window at least kWindow long is measured, and the limit grows
-  // by half when the window beat the best one by kGrowthRatio while requests waited for it.
+  // A request ends (under mu). A window at least kWindowSeconds long in which requests waited
+  // for the limit is measured: the first grows the limit by half, and each later one grows it
+  // again only while its rate beat the rate before the last growth by kGrowthRatio; the first
+  // that does not ends the probing (the limit stays where it got to).
   void Finished(Clock::time_point now) {
     --running;
     if (!queue.empty()) saturated = true;
     const double seconds = std::chrono::duration<double>(now - window_start).count();
     if (seconds >= kWindowSeconds) {
       const double rate = static_cast<double>(g_bytes.load() - window_base) / seconds;
-      if (saturated && rate > best_rate * kGrowthRatio && limit < max_cap) {
-        limit = std::min(max_cap, limit + limit / 2);
-        Spawn();
+      if (probing && saturated && limit < max_cap) {
+        if (rate > rate_before_growth * kGrowthRatio) {
+          rate_before_growth = rate;
+          limit = std::min(max_cap, limit + limit / 2);
+          Spawn();
+        } else {
+          probing = false;
+        }
       }
-      best_rate = std::max(best_rate, rate);
       window_start = now;
       window_base = g_bytes.load();
       saturated = !queue.empty();
@@ -98,7 +104,7 @@ struct RequestPool::Impl {
     return done;
   }
 
-  static constexpr double kWindowSeconds = 0.25;
+  static constexpr double kWindowSeconds = 0.3;
   static constexpr std::chrono::milliseconds kIdleGap{50};
 
   std::mutex mu;
@@ -110,7 +116,8 @@ struct RequestPool::Impl {
   Clock::time_point window_start{}, idle_since{};
   uint64_t window_base = 0;
   bool saturated = false;
-  double best_rate = 0;  // bytes/s of the best window so far
+  bool probing = true;            // still growing the limit while it pays
+  double rate_before_growth = 0;  // bytes/s of the window that led to the last growth
 };
 
 namespace {

@@ -10,14 +10,16 @@
 
 namespace zckpt::remote {
 
-// How many of the pool's requests may run at once, grown while throughput grows: it starts at
-// kStartInFlight and rises by half whenever a window of at least 0.25 s moved kGrowthRatio more
-// bytes per second than the best window before while requests waited for the limit, never above
-// the cap (S3Config::connections). Over a link with S3's latency (tens of ms to the first byte,
-// each connection tens of MiB/s) it climbs until latency x bandwidth is covered; where a few
-// connections fill the link it stays where it is.
+// How many of the pool's requests may run at once, grown while throughput grows (as AWS's CRT
+// does toward a target): it starts at kStartInFlight; the first window of at least 0.3 s in
+// which requests waited for the limit raises it by half, and each later such window raises it
+// again only while its bytes per second beat the window before the last raise by kGrowthRatio;
+// the first that does not ends the probing (once a process). Never above the cap
+// (S3Config::connections). Over a link with S3's latency (tens of ms to the first byte, each
+// connection tens of MiB/s) it climbs until latency x bandwidth is covered; where a few
+// connections fill the link it stops after one step.
 inline constexpr unsigned kStartInFlight = 16;
-inline constexpr double kGrowthRatio = 1.1;
+inline constexpr double kGrowthRatio = 1.05;
 
 class RequestPool {
  public:
