@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/byte_source.h"
+#include "common/byte_store.h"
 #include "zckpt/object_store.h"
 
 namespace zckpt::remote {
@@ -74,6 +75,10 @@ std::string ReadWholeObject(const std::string& url, uint64_t max_bytes);
 // or not at all, replacing what the key held.
 void PutObject(const std::string& url, const void* data, size_t n);
 
+// The object's first n bytes (fewer when it is shorter) in one ranged GET, no HEAD: what a
+// folder scan reads to tell a container by its magic. Error(kIo) when refused.
+std::string ReadObjectStart(const std::string& url, uint64_t n);
+
 // HEAD: true for 2xx, false for 404, Error(kIo) otherwise.
 bool ObjectExists(const std::string& url);
 
@@ -85,20 +90,21 @@ std::unique_ptr<ByteSource> OpenObject(const std::string& url);
 // Writes an object with a multipart upload: parts are sent as they fill (several at once); the
 // object appears only at Commit (CompleteMultipartUpload). Destroyed or aborted before Commit,
 // the upload is aborted and whatever the key held before is untouched.
-class ObjectWriter {
+// The s3:// store's ByteSink (common/byte_store.h).
+class ObjectWriter final : public ByteSink {
  public:
   explicit ObjectWriter(const std::string& url);
-  ~ObjectWriter();
+  ~ObjectWriter() override;
   ObjectWriter(const ObjectWriter&) = delete;
   ObjectWriter& operator=(const ObjectWriter&) = delete;
 
-  void Write(const void* data, size_t n);
+  void Write(const void* data, size_t n) override;
   // Overwrites [offset, offset + n) of what was written; must lie in the first part (kept in
   // memory until Commit for that): the container's superblock, rewritten at the end.
-  void WriteAt(uint64_t offset, const void* data, size_t n);
-  uint64_t position() const;
-  void Commit();
-  void Abort();
+  void WriteAt(uint64_t offset, const void* data, size_t n) override;
+  uint64_t position() const override;
+  void Commit() override;
+  void Abort() override;
   const std::string& url() const;
 
  private:

@@ -58,6 +58,11 @@ class S3Client {
   S3Config config_;
 };
 
+// One ranged GET of into.size() bytes of the object at `offset` (pinned to `etag` unless empty)
+// into `into`, retried; `into` cut to what came (an object ending sooner).
+Response FetchRange(const S3Client& client, const ObjectLocation& loc, uint64_t offset, std::string& into,
+                    const std::string& etag);
+
 // Percent-encoding as S3 and SigV4 want it: all but unreserved characters (and '/' in a key
 // path, keep_slash). A query built of such values in name order is already canonical, which is
 // what libcurl signs.

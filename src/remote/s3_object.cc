@@ -63,6 +63,26 @@ Response Head(const S3Client& client, const ObjectLocation& loc) {
   return why.curl_code == CURLE_OK && why.status / 100 != 2 ? why : resp;
 }
 
+}  // namespace
+
+Response FetchRange(const S3Client& client, const ObjectLocation& loc, uint64_t offset, std::string& into,
+                    const std::string& etag) {
+  Request r;
+  r.bucket = loc.bucket;
+  r.key = loc.key;
+  r.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + into.size() - 1)};
+  if (!etag.empty()) r.headers.push_back("If-Match: " + etag);
+  r.sink = reinterpret_cast<uint8_t*>(into.data());
+  r.sink_bytes = into.size();
+  Response resp = client.PerformRetrying(r, [](const Response& x) {
+    return x.content_length >= 0 && x.received == static_cast<uint64_t>(x.content_length);
+  });
+  into.resize(resp.received);
+  return resp;
+}
+
+namespace {
+
 // What an open fetches: the object's first kHeadBytes (the superblock; all of a small object)
 // and its last kTailBytes, which hold the footer, the index and the blobs before it (the
 // pickle) of all but the largest indexes: opening and reading the pickle are two round trips,
@@ -187,7 +207,7 @@ class ObjectSource final : public ByteSource {
   bool OpenByGets() {
     for (unsigned attempt = 1;; ++attempt) {
       std::string head(kHeadBytes, '\0');
-      Response h = Fetch(head, 0, "");
+      Response h = FetchRange(client_, loc_, 0, head, "");
       if (h.curl_code == CURLE_OK && h.status == 416) return false;
       if (h.curl_code != CURLE_OK || h.status / 100 != 2) Refuse(h, 0, kHeadBytes);
       // 200: a server that sends the whole object for a range; its length is the size.
@@ -196,7 +216,7 @@ class ObjectSource final : public ByteSource {
       const uint64_t tail_at = std::max<uint64_t>(head.size(), static_cast<uint64_t>(size) > kTailBytes ? size - kTailBytes : 0);
       std::string tail(static_cast<uint64_t>(size) - std::min<uint64_t>(tail_at, size), '\0');
       if (!tail.empty()) {
-        Response t = Fetch(tail, tail_at, h.etag);
+        Response t = FetchRange(client_, loc_, tail_at, tail, h.etag);
         if (t.curl_code == CURLE_OK && t.status == 412 && attempt < client_.config().attempts) {
           client_.Backoff(attempt);
           continue;
@@ -218,20 +238,6 @@ class ObjectSource final : public ByteSource {
     if (r.curl_code != CURLE_OK)
       throw Error(ErrorKind::kIo, where + " after " + std::to_string(client_.config().attempts) + " attempts: " + r.Describe() + Advice(r));
     throw Error(ErrorKind::kIo, where + ": " + r.Describe() + Advice(r));
-  }
-
-  // A ranged GET of into.size() bytes at `offset` (pinned to `etag` unless empty) into `into`,
-  // cut to what came (an object ending sooner).
-  Response Fetch(std::string& into, uint64_t offset, const std::string& etag) const {
-    Request r = RangeRequest("bytes=" + std::to_string(offset) + "-" + std::to_string(offset + into.size() - 1));
-    if (!etag.empty()) r.headers.push_back("If-Match: " + etag);
-    r.sink = reinterpret_cast<uint8_t*>(into.data());
-    r.sink_bytes = into.size();
-    Response resp = client_.PerformRetrying(r, [](const Response& x) {
-      return x.content_length >= 0 && x.received == static_cast<uint64_t>(x.content_length);
-    });
-    into.resize(resp.received);
-    return resp;
   }
 
   void OpenByHead() {
@@ -265,6 +271,28 @@ std::unique_ptr<ByteSource> OpenObject(const std::string& url) {
   ObjectLocation loc = ParseObjectUrl(url);
   return std::make_unique<ObjectSource>(url, std::move(loc), S3Client(LoadS3Config()));
 }
+
+std::string ReadObjectStart(const std::string& url, uint64_t n) {
+  std::string out(n, '\0');
+  if (n == 0) return out;
+  Response resp = FetchRange(S3Client(LoadS3Config()), ParseObjectUrl(url), 0, out, "");
+  if (resp.curl_code == CURLE_OK && resp.status == 416) return "";  // an empty object
+  if (resp.curl_code != CURLE_OK || resp.status / 100 != 2)
+    throw Error(ErrorKind::kIo, "cannot read " + url + ": " + resp.Describe() + Advice(resp));
+  return out;
+}
+
+namespace {
+
+std::unique_ptr<ByteSink> CreateObject(const std::string& url) { return std::make_unique<ObjectWriter>(url); }
+
+// s3:// in the table of byte stores (common/byte_store.h), registered when this file is
+// linked: what Container::Open and ContainerWriter read and write an object through, without
+// the format knowing S3. Here, beside IsObjectUrl and OpenObject, so every binary that links
+// anything of the object layer (libzckpt links it whole; the CLI names IsObjectUrl) has it.
+[[maybe_unused]] const bool kRegistered = RegisterByteStore({"s3://", OpenObject, CreateObject});
+
+}  // namespace
 
 }  // namespace zckpt::remote
 

@@ -144,3 +144,20 @@ def test_an_upload_keeps_parts_in_flight_on_few_connections(shaped, monkeypatch)
     assert st["connections"] <= st["peak_in_flight"] + 4, st
     shaped.set_shaping(ss.NONE)
     assert_same(zckpt.load(f"s3://{BUCKET}/saved.zckpt"), m)
+
+
+def test_verify_of_an_object_folder_asks_no_head_and_reads_each_magic_once(shaped, tmp_path):
+    # Each object's magic is one 8-byte GET; each container is then opened once (its first GET
+    # holds all of a small one) and checked.
+    for i in range(3):
+        local = str(tmp_path / f"m{i}.zckpt")
+        zckpt.save({"x": torch.full((100,), float(i))}, local)
+        shaped.serve_file(BUCKET, f"vf/m{i}.zckpt", local)
+    shaped.put(BUCKET, "vf/notes.txt", b"not a container, longer than a magic")
+    shaped.reset_stats()
+    v = zckpt_testing.run_cli("verify", f"s3://{BUCKET}/vf/")
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert v.stdout.count(".zckpt") >= 3, v.stdout
+    ops = shaped.stats()["requests"]
+    assert ops.get("HeadObject", 0) == 0, ops
+    assert ops.get("GetObject", 0) <= 4 + 3 * 3, ops  # 4 magics, then an open and a read each
