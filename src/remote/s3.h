@@ -42,7 +42,7 @@ struct S3Config {
   // while throughput grows (remote/s3_pool.h), for reads and uploads alike.
   unsigned connections = 64;
   uint64_t get_bytes = 4 << 20;  // a read is split into ranged GETs of about this (ZCKPT_S3_GET_MB)
-  unsigned uploads = 16;         // parts of one upload in flight at most (ZCKPT_S3_UPLOADS)
+  unsigned uploads = 24;         // parts of one upload in flight at most (ZCKPT_S3_UPLOADS)
   // A writer that committed aborts the unfinished multipart uploads of its key begun at least
   // this long ago: those of writers killed before they could abort their own (6 h: longer
   // than any live upload; S3 keeps and bills their parts until aborted).

@@ -1,7 +1,7 @@
-// ObjectWriter: a multipart upload. The first part stays in memory until Commit (so the bytes
-// at its start can still be rewritten: a container's superblock); later parts are uploaded as
-// they fill, S3Config::uploads at once on the request pool (s3_pool.h). An object that fits in
-// one part is one PUT at Commit.
+// ObjectWriter: a multipart upload. The first part (5 MiB) stays in memory until Commit (so
+// the bytes at its start can still be rewritten: a container's superblock); later parts are
+// uploaded as they fill, S3Config::uploads at once on the request pool (s3_pool.h). An object
+// that fits in the first part is one PUT at Commit.
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -23,11 +23,13 @@ namespace zckpt::remote {
 
 namespace {
 
+// S3 wants parts of at least this (all but the last), and at most 10000 of them.
+constexpr uint64_t kMinPartBytes = 5 << 20;
+
 uint64_t PartBytes() {
-  // S3 wants parts of at least 5 MiB (all but the last) and at most 10000 of them.
   const char* v = std::getenv("ZCKPT_S3_PART_MB");
-  uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 16;
-  return std::max<uint64_t>(mb, 5) << 20;
+  uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 8;
+  return std::max<uint64_t>(mb << 20, kMinPartBytes);
 }
 
 // "2026-12-02T06:10:00.000Z" (S3's Initiated) as seconds since the epoch; -1 if unreadable.
@@ -44,8 +46,12 @@ long long IsoSeconds(const std::string& s) {
 }  // namespace
 
 struct ObjectWriter::Impl {
-  Impl(const std::string& u) : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(PartBytes()) {
-    first.reserve(part_bytes);
+  // The first part is the smallest S3 takes: it is held until Commit and then sent alone while
+  // the last parts finish, so its size is the upload's tail.
+  Impl(const std::string& u)
+      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(PartBytes()),
+        first_bytes(std::min(part_bytes, kMinPartBytes)) {
+    first.reserve(first_bytes);
   }
 
   std::string Where() const { return url; }
@@ -111,8 +117,8 @@ struct ObjectWriter::Impl {
 
   void Write(const uint8_t* p, size_t n) {
     while (n > 0) {
-      std::vector<uint8_t>& into = first.size() < part_bytes && next_part == 2 && current.empty() ? first : current;
-      size_t take = std::min<uint64_t>(n, part_bytes - into.size());
+      std::vector<uint8_t>& into = first.size() < first_bytes && next_part == 2 && current.empty() ? first : current;
+      size_t take = std::min<uint64_t>(n, (&into == &first ? first_bytes : part_bytes) - into.size());
       into.insert(into.end(), p, p + take);
       p += take;
       n -= take;
@@ -212,7 +218,7 @@ struct ObjectWriter::Impl {
   std::string url;
   ObjectLocation loc;
   S3Client client;
-  uint64_t part_bytes;
+  uint64_t part_bytes, first_bytes;
   std::vector<uint8_t> first, current;
   uint64_t position = 0;
   int next_part = 2;
