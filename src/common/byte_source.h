@@ -31,6 +31,14 @@ class ByteSource {
   virtual void ReadExtents(const std::vector<ByteExtent>& extents) const {
     for (const ByteExtent& e : extents) ReadAt(e.offset, e.n, e.dst);
   }
+  // A hint: [offset, offset + n) will be read soon (a tensor stream's next tensors). A source
+  // may start fetching it now and hold it, within a budget of its own, until it is read.
+  // False: not taken now (the budget is full), ask again later.
+  virtual bool Prefetch(uint64_t offset, uint64_t n) const {
+    (void)offset;
+    (void)n;
+    return true;
+  }
   // Attempts a reader may make to fetch one checksummed range again when its bytes fail their
   // checksum (a local file: 1, its bytes would be the same).
   virtual unsigned refetch_attempts() const { return 1; }

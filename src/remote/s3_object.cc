@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <atomic>
 #include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -89,37 +92,102 @@ namespace {
 // no HEAD.
 constexpr uint64_t kHeadBytes = 64 << 10;
 constexpr uint64_t kTailBytes = 256 << 10;
+// Bytes a reader's read-ahead (ByteSource::Prefetch: iter_tensors) may hold at once.
+constexpr uint64_t kReadAheadBytes = 96ull << 20;
 // Extents at most this far apart share a GET (the bytes between, alignment padding, dropped):
 // a request's time to first byte costs more than this many bytes on the way.
 constexpr uint64_t kMergeGap = 64 << 10;
 
-// Object bytes an open fetched, each range served from memory once: a second read of the same
-// bytes is a re-fetch (they failed a check) and goes to the server.
+// Object bytes fetched ahead of their reads (the open's first and last bytes; ranges a reader
+// said it will read next, ByteSource::Prefetch), each range served from memory once: a second
+// read of the same bytes is a re-fetch (they failed a check) and goes to the server. A part
+// whose bytes were all served is freed; read-ahead parts together hold at most
+// kReadAheadBytes.
 class Prefetched {
  public:
-  void Add(uint64_t offset, std::string bytes) { parts_.push_back({offset, std::move(bytes), {}}); }
-  // Copies [offset, offset + n) into dst when one part holds it all and none of it was served yet.
-  bool Serve(uint64_t offset, uint64_t n, void* dst) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Part& p : parts_) {
-      if (offset < p.offset || offset + n > p.offset + p.bytes.size()) continue;
-      for (auto [b, e] : p.served)
-        if (offset < e && b < offset + n) return false;
-      std::memcpy(dst, p.bytes.data() + (offset - p.offset), n);
-      p.served.emplace_back(offset, offset + n);
-      return true;
+  // A part [offset, offset + size) whose bytes `fill` fetches (in the background, or here when
+  // `background` is false); a part that failed to arrive serves nothing (its reads go to the
+  // server and fail or succeed there). False when a read-ahead part would pass the budget.
+  bool Add(uint64_t offset, uint64_t size, std::function<void(std::string&)> fill, bool background) {
+    auto part = std::make_shared<Part>();
+    part->offset = offset;
+    part->bytes.resize(size);
+    if (background) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ahead_ + size > kReadAheadBytes) return false;
+      ahead_ += size;
+      part->ahead = true;
     }
-    return false;
+    auto run = [part, fill = std::move(fill)] {
+      try {
+        fill(part->bytes);
+      } catch (...) {
+        part->failed = true;
+      }
+    };
+    // In the background on a thread of its own, not a pool worker: `fill` waits for the pool's
+    // GETs, and a worker waiting for workers could wait forever. Readers find the part only
+    // once its future is set.
+    part->done = std::async(background ? std::launch::async : std::launch::deferred, run).share();
+    if (!background) part->done.wait();
+    std::lock_guard<std::mutex> lock(mu_);
+    parts_.push_back(part);
+    return true;
+  }
+
+  // Copies [offset, offset + n) into dst when one part holds it all and none of it was served
+  // yet (waiting for the part to arrive).
+  bool Serve(uint64_t offset, uint64_t n, void* dst) {
+    std::shared_ptr<Part> part;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::shared_ptr<Part>& p : parts_) {
+        if (offset < p->offset || offset + n > p->offset + p->bytes.size() || Overlaps(*p, offset, n)) continue;
+        p->served.emplace_back(offset, offset + n);
+        part = p;
+        break;
+      }
+    }
+    if (!part) return false;
+    part->done.wait();
+    if (part->failed) return false;
+    std::memcpy(dst, part->bytes.data() + (offset - part->offset), n);
+    std::lock_guard<std::mutex> lock(mu_);
+    part->served_bytes += n;
+    if (part->served_bytes == part->bytes.size()) Remove(part);
+    return true;
+  }
+
+  ~Prefetched() {
+    for (const std::shared_ptr<Part>& p : parts_) p->done.wait();  // nothing writes into a freed part
   }
 
  private:
   struct Part {
-    uint64_t offset;
+    uint64_t offset = 0;
     std::string bytes;
     std::vector<std::pair<uint64_t, uint64_t>> served;
+    uint64_t served_bytes = 0;
+    bool ahead = false;
+    std::atomic<bool> failed{false};
+    std::shared_future<void> done;
   };
+
+  static bool Overlaps(const Part& p, uint64_t offset, uint64_t n) {
+    for (auto [b, e] : p.served)
+      if (offset < e && b < offset + n) return true;
+    return false;
+  }
+
+  void Remove(const std::shared_ptr<Part>& part) {  // under mu_
+    if (part->ahead) ahead_ -= part->bytes.size();
+    std::erase(parts_, part);
+  }
+
   std::mutex mu_;
-  std::vector<Part> parts_;
+  std::vector<std::shared_ptr<Part>> parts_;
+  uint64_t ahead_ = 0;  // bytes of read-ahead parts held or in flight (a part never read whole
+                        // keeps its share until the source closes: read-ahead then stops)
 };
 
 class ObjectSource final : public ByteSource {
@@ -142,6 +210,24 @@ class ObjectSource final : public ByteSource {
   // kMergeGap apart) merged into one GET whose body is scattered to them, all GETs in parallel on
   // the request pool.
   void ReadExtents(const std::vector<ByteExtent>& extents) const override {
+    std::vector<ByteExtent> rest;
+    for (const ByteExtent& e : extents)
+      if (e.n > 0 && !prefetched_.Serve(e.offset, e.n, e.dst)) rest.push_back(e);
+    Fetch(rest);
+  }
+
+  // Fetched now in the background (ranged GETs as ReadExtents makes them) and held until read,
+  // within the read-ahead budget.
+  bool Prefetch(uint64_t offset, uint64_t n) const override {
+    if (n == 0 || offset + n > size_) return true;  // nothing to hold
+    return prefetched_.Add(
+        offset, n, [this, offset](std::string& into) { Fetch({{offset, into.size(), into.data()}}); }, true);
+  }
+
+ private:
+  // The extents from the server: GETs of at most get_bytes, near neighbours merged (see
+  // ReadExtents), all at once on the request pool.
+  void Fetch(const std::vector<ByteExtent>& extents) const {
     struct Group {
       uint64_t begin, end;
       std::vector<Request::Piece> pieces;
@@ -149,7 +235,6 @@ class ObjectSource final : public ByteSource {
     std::vector<Group> groups;
     const uint64_t most = std::max<uint64_t>(1, client_.config().get_bytes);
     for (const ByteExtent& e : extents) {
-      if (e.n == 0 || prefetched_.Serve(e.offset, e.n, e.dst)) continue;
       const uint64_t parts = (e.n + most - 1) / most, each = (e.n + parts - 1) / parts;
       for (uint64_t at = 0; at < e.n; at += each) {
         const uint64_t offset = e.offset + at, len = std::min(each, e.n - at);
@@ -169,7 +254,6 @@ class ObjectSource final : public ByteSource {
     RequestPool::Instance().RunAll(gets, client_.config().connections);
   }
 
- private:
   // One ranged GET of [offset, offset + n) pinned to the ETag, its body to `pieces`, retried
   // (PerformRetrying); its failure an Error naming the range.
   void Get(uint64_t offset, uint64_t n, const std::vector<Request::Piece>& pieces) const {
@@ -225,8 +309,8 @@ class ObjectSource final : public ByteSource {
       }
       etag_ = h.etag;
       size_ = static_cast<uint64_t>(size);
-      prefetched_.Add(0, std::move(head));
-      if (!tail.empty()) prefetched_.Add(tail_at, std::move(tail));
+      prefetched_.Add(0, head.size(), [&head](std::string& into) { into.swap(head); }, false);
+      if (!tail.empty()) prefetched_.Add(tail_at, tail.size(), [&tail](std::string& into) { into.swap(tail); }, false);
       return true;
     }
   }

@@ -161,3 +161,19 @@ def test_verify_of_an_object_folder_asks_no_head_and_reads_each_magic_once(shape
     ops = shaped.stats()["requests"]
     assert ops.get("HeadObject", 0) == 0, ops
     assert ops.get("GetObject", 0) <= 4 + 3 * 3, ops  # 4 magics, then an open and a read each
+
+
+def test_iter_tensors_of_an_object_fetches_the_next_tensors_ahead(shaped, tmp_path):
+    # Sixteen 2 MiB tensors at S3's latency: streamed one by one, but the next ones' bytes are
+    # asked for ahead (several GETs in flight), and every tensor equals the saved one.
+    local = str(tmp_path / "stream.zckpt")
+    g = torch.Generator().manual_seed(7)
+    m = {f"t{i:02d}": torch.randn(MiB // 2, generator=g) for i in range(16)}
+    zckpt.save(m, local, chunk_bytes=CHUNK)
+    shaped.serve_file(BUCKET, "stream.zckpt", local)
+    shaped.set_shaping(ss.S3_LIKE)
+    shaped.reset_stats()
+    got = dict(zckpt.iter_tensors(f"s3://{BUCKET}/stream.zckpt"))
+    st = shaped.stats()
+    assert_same(got, m)
+    assert st["peak_in_flight"] >= 4, st  # one tensor at a time was one GET in flight

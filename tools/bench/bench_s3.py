@@ -18,6 +18,8 @@ s3://bench/model.zckpt and the same tensors as a safetensors file (safetensors.t
 as s3://bench/model.safetensors (the shaping server serves both local files in place; moto gets
 them uploaded). Each round runs every contender once, in a shuffled order:
 - zckpt.load:          zckpt.load("s3://bench/model.zckpt"), in this process;
+- zckpt.iter_tensors:  dict(zckpt.iter_tensors("s3://bench/model.zckpt")): each tensor streamed
+  into a fresh tensor, one after another (what vLLM's load_format="zckpt" iterates), in this process;
 - runai streamer:      Run:ai's SafetensorsStreamer (runai-model-streamer and -s3 0.17.1, the
   peers virtualenv of tools/bench/setup-peers.sh) streaming s3://bench/model.safetensors into CPU
   tensors, as `contenders.py runai URL --tensor-digests` in a process of the peers' python, one
@@ -223,6 +225,9 @@ def run_table(setup, args, tensors, local, st_local, d):
     def zckpt_load():
         return zckpt.load("s3://bench/model.zckpt")
 
+    def zckpt_iter():
+        return dict(zckpt.iter_tensors("s3://bench/model.zckpt"))
+
     def boto3_load():
         client.download_file("bench", "model.safetensors", fetched, Config=tconfig)
         return safetensors.torch.load_file(fetched)
@@ -269,6 +274,7 @@ def run_table(setup, args, tensors, local, st_local, d):
     # name -> (run() -> (seconds, names differing, RSS growth), bytes moved, a load or a save)
     rows = {
         "zckpt.load": (in_process(zckpt_load, same), size, "load"),
+        "zckpt.iter_tensors": (in_process(zckpt_iter, same), size, "load"),
         "runai streamer": (runai, st_size, "load"),
         "boto3 download+load": (in_process(boto3_load, same), st_size, "load"),
         "local (warm)": (in_process(lambda: zckpt.load(local), same), size, "local"),
