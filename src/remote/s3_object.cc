@@ -94,6 +94,9 @@ constexpr uint64_t kHeadBytes = 64 << 10;
 constexpr uint64_t kTailBytes = 256 << 10;
 // Bytes a reader's read-ahead (ByteSource::Prefetch: iter_tensors) may hold at once.
 constexpr uint64_t kReadAheadBytes = 96ull << 20;
+// A read is split into at least this many GETs where each still gets kMinGetBytes.
+constexpr uint64_t kGetsPerRead = 4;
+constexpr uint64_t kMinGetBytes = 1 << 20;
 // Extents at most this far apart share a GET (the bytes between, alignment padding, dropped):
 // a request's time to first byte costs more than this many bytes on the way.
 constexpr uint64_t kMergeGap = 64 << 10;
@@ -150,12 +153,12 @@ class Prefetched {
     }
     if (!part) return false;
     part->done.wait();
-    if (part->failed) return false;
-    std::memcpy(dst, part->bytes.data() + (offset - part->offset), n);
+    const bool failed = part->failed;
+    if (!failed) std::memcpy(dst, part->bytes.data() + (offset - part->offset), n);
     std::lock_guard<std::mutex> lock(mu_);
     part->served_bytes += n;
-    if (part->served_bytes == part->bytes.size()) Remove(part);
-    return true;
+    if (failed || part->served_bytes == part->bytes.size()) Remove(part);  // a failed one serves nothing
+    return !failed;
   }
 
   ~Prefetched() {
@@ -179,9 +182,11 @@ class Prefetched {
     return false;
   }
 
-  void Remove(const std::shared_ptr<Part>& part) {  // under mu_
+  void Remove(const std::shared_ptr<Part>& part) {  // under mu_; a part already removed: nothing
+    auto it = std::find(parts_.begin(), parts_.end(), part);
+    if (it == parts_.end()) return;
     if (part->ahead) ahead_ -= part->bytes.size();
-    std::erase(parts_, part);
+    parts_.erase(it);
   }
 
   std::mutex mu_;
@@ -233,7 +238,13 @@ class ObjectSource final : public ByteSource {
       std::vector<Request::Piece> pieces;
     };
     std::vector<Group> groups;
-    const uint64_t most = std::max<uint64_t>(1, client_.config().get_bytes);
+    // A read split into at least kGetsPerRead GETs where its bytes allow (not under kMinGetBytes
+    // each): a reader thread then keeps several requests in flight even when its batch is one
+    // tensor of a few MiB.
+    uint64_t total = 0;
+    for (const ByteExtent& e : extents) total += e.n;
+    const uint64_t most = std::max<uint64_t>(
+        1, std::min<uint64_t>(client_.config().get_bytes, std::max(kMinGetBytes, total / kGetsPerRead)));
     for (const ByteExtent& e : extents) {
       const uint64_t parts = (e.n + most - 1) / most, each = (e.n + parts - 1) / parts;
       for (uint64_t at = 0; at < e.n; at += each) {
