@@ -43,8 +43,8 @@ inline constexpr unsigned kMinRingSlots = 4;
 // reader keeps several O_DIRECT reads in flight across a batch's storages when the file is not
 // cached.
 inline constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
-// The same from an object: each batch is one reader's ranged GETs, large enough to keep request
-// overhead small, small enough to spread over the connections.
+// The same from an object: each batch is one reader's read, split into ranged GETs by the
+// object (ZCKPT_S3_GET_MB each, in parallel).
 inline constexpr uint64_t kObjectBatchBytes = 16ull << 20;
 
 struct LoadOptions {
@@ -56,8 +56,8 @@ struct LoadOptions {
   // cancel steps).
   std::optional<uint64_t> slot_bytes;
   // Threads reading and checking chunks: `zckpt load --threads`, Python's threads=. Unset:
-  // DefaultReaderThreads(), and from an object at least the connections it asks for
-  // (ZCKPT_S3_CONNECTIONS).
+  // DefaultReaderThreads(), and from an object at least the reader threads it asks for (8;
+  // the object runs each reader's reads as parallel ranged GETs: src/remote/README.md).
   std::optional<unsigned> threads;
   // Ring slots. Unset: max(kMinRingSlots, threads + 2) of the threads the load runs with.
   std::optional<unsigned> slots;

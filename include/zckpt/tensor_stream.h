@@ -57,11 +57,14 @@ class TensorStream {
 
  private:
   at::Tensor Destination(const TensorInfo& info, c10::ScalarType st);
+  void ReadAhead();  // from an object: the next tensors' storages asked for ahead (tensor_stream.cc)
 
   std::shared_ptr<const Container> c_;
   c10::Device device_;
   TensorStreamOptions options_;
   uint32_t next_ = 0;
+  uint32_t ahead_ = 0;                    // the next tensor whose storage to fetch ahead
+  uint32_t ahead_storage_ = UINT32_MAX;   // the last storage fetched ahead
   LoadStats stats_;
   std::vector<c10::Storage> recent_;  // the last large CPU storages handed out, reused once unreferenced
 };

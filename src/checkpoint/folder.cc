@@ -1,12 +1,14 @@
 #include "checkpoint/folder.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
+#include "common/open_file.h"
 #include "common/stale_temps.h"
 #include "remote/s3.h"
 #include "zckpt/error.h"
@@ -94,6 +96,16 @@ std::string ReadWholeFile(const std::string& path, uint64_t max_bytes) {
   std::string text(in.size(), '\0');  // read once, privately (a FIFO was refused by the open)
   in.ReadAt(0, text.size(), text.data());
   return text;
+}
+
+std::string ReadFileStart(const std::string& path, uint64_t n) {
+  if (IsRemote(path)) return remote::ReadObjectStart(path, n);
+  struct stat st;
+  FileDescriptor fd = OpenRegularFile(path, &st);  // a FIFO or device node is not opened
+  std::string head(n, '\0');
+  ssize_t got = ::pread(fd.get(), head.data(), n, 0);
+  head.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return head;
 }
 
 OutputFile::OutputFile(const std::string& destination) {

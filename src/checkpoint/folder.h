@@ -63,6 +63,10 @@ std::shared_ptr<const MappedFile> OpenMappedFile(const std::string& path, const 
 // A small file whole (metadata, an index, a config): Error(kIo) naming it when larger than max_bytes.
 std::string ReadWholeFile(const std::string& path, uint64_t max_bytes = uint64_t{1} << 30);
 
+// A file's first n bytes (fewer when it is shorter): a local regular file read once (a FIFO
+// or device is Error(kIo)), an object one ranged GET (no HEAD, no open).
+std::string ReadFileStart(const std::string& path, uint64_t n);
+
 // A file written so that its name shows it only whole: AtomicFile locally, an ObjectWriter
 // (multipart upload, completed at Commit) for an object. Destroyed before Commit: nothing is
 // left at the destination, which keeps what it held.

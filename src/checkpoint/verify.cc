@@ -3,8 +3,6 @@
 // returns.
 #include "zckpt/verify.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +21,6 @@
 #include "checkpoint/source_kind.h"
 #include "checkpoint/storage_stream.h"
 #include "common/mapped_file.h"
-#include "common/open_file.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
@@ -42,6 +39,7 @@ using checkpoint::IsFolder;
 using checkpoint::IsRemote;
 using checkpoint::OpenFile;
 using checkpoint::OpenMappedFile;
+using checkpoint::ReadFileStart;
 using checkpoint::WithoutTrailingSlash;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
@@ -310,25 +308,17 @@ VerifiedFile VerifyDcp(const std::string& dir, const VerifyPathOptions& options)
 }
 
 bool HasContainerMagic(const std::string& path, uint64_t size) {
-  uint8_t head[sizeof format::kSuperblockMagic];
-  if (size < sizeof head) return false;
-  if (IsRemote(path)) {
-    try {
-      OpenFile(path)->ReadAt(0, sizeof head, head);
-    } catch (const Error&) {
-      return true;  // one that cannot be read is reported by its verify, not passed over
-    }
-  } else {
-    struct stat st;
-    FileDescriptor fd;
-    try {
-      fd = OpenRegularFile(path, &st);  // a FIFO or device node in the folder is not opened
-    } catch (const Error&) {
-      return false;
-    }
-    if (::read(fd.get(), head, sizeof head) != static_cast<ssize_t>(sizeof head)) return false;
+  constexpr size_t n = sizeof format::kSuperblockMagic;
+  if (size < n) return false;
+  std::string head;
+  try {
+    head = ReadFileStart(path, n);  // an object: one ranged GET; its verify opens it once more
+  } catch (const Error&) {
+    // An object that cannot be read is reported by its verify, not passed over; a local path
+    // that is no regular file is no container.
+    return IsRemote(path);
   }
-  return std::memcmp(head, format::kSuperblockMagic, sizeof head) == 0;
+  return head.size() == n && std::memcmp(head.data(), format::kSuperblockMagic, n) == 0;
 }
 
 // What a path stands for: itself, or for a folder (local, or an object folder s3://B/PREFIX/)

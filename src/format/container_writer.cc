@@ -12,12 +12,12 @@
 #include <unordered_set>
 
 #include "common/atomic_file.h"
+#include "common/byte_store.h"
 #include "format/bytes.h"
 #include "format/record_codec.h"
 #include "format/chunk_pipeline.h"
 #include "format/index_builder.h"
 #include "format/layout.h"
-#include "remote/s3.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -44,12 +44,13 @@ const WriterOptions& CheckOptions(const WriterOptions& o, const std::string& des
   return o;
 }
 
-// Where the bytes go: a local file written atomically (common/atomic_file.h), or an object
-// (s3://) written as a multipart upload that appears only at Commit (remote/s3.h).
+// Where the bytes go: a local file written atomically (common/atomic_file.h), or the sink of
+// the byte store that claims the destination (common/byte_store.h; s3://: a multipart upload
+// that appears only at Commit).
 class Output {
  public:
   explicit Output(const std::string& destination) : destination_(destination) {
-    if (remote::IsObjectUrl(destination)) object_ = std::make_unique<remote::ObjectWriter>(destination);
+    if (const ByteStore* store = ByteStoreFor(destination)) object_ = store->create(destination);
     else local_ = std::make_unique<AtomicFile>(destination);
   }
   void Write(const void* data, size_t n) { object_ ? object_->Write(data, n) : local_->Write(data, n); }
@@ -69,7 +70,7 @@ class Output {
  private:
   std::string destination_;
   std::unique_ptr<AtomicFile> local_;
-  std::unique_ptr<remote::ObjectWriter> object_;
+  std::unique_ptr<ByteSink> object_;
 };
 
 struct StorageEntry {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/byte_source.h"
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
 #include "format/chunk_check.h"
@@ -264,6 +265,16 @@ void ForEachRun(const Container& c, const Batch& b, const Destinations& d, DstOf
 }  // namespace
 
 void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
+  // The batch's raw runs in one read of extents (the object groups them into GETs in flight at
+  // once), then each chunk checked where it landed; one that fails is fetched again alone
+  // (ReadChunk, which retries it and then names it).
+  struct Run {
+    uint64_t offset;
+    uint8_t* dst;
+    uint64_t first, last;
+  };
+  std::vector<ByteExtent> extents;
+  std::vector<Run> runs;
   ForEachRun(
       c_, b, d, [&](uint64_t i) { return b.in_slot ? slot + plan.slot_offset[i] : d.of(i)[0].dst; },
       [&](uint64_t i, uint8_t* dst, const format::ChunkRecord&) {
@@ -271,20 +282,21 @@ void ChunkReader::ReadRemote(const Batch& b, const Plan& plan, const Destination
         c_.ReadChunk(i, dst, verify_);
       },
       [&](uint64_t offset, uint64_t len, uint8_t* dst, uint64_t first, uint64_t last) {
-        // One ranged GET for the run, then each chunk checked where it landed; one that fails
-        // is fetched again alone (ReadChunk, which retries it and then names it).
-        {
-          TimeSplit::Scope timed(split_, TimeSplit::kRead);
-          ContainerFile::Of(c_).ReadAt(offset, len, dst);
-        }
-        if (!verify_) return;
-        TimeSplit::Scope timed(split_, TimeSplit::kHash);  // with any re-fetch of a bad chunk
-        thread_local format::internal::ChunkChecker checker;
-        for (uint64_t k = first; k < last; ++k) {
-          format::ChunkRecord n = c_.chunk(k);
-          if (checker.Check(n, dst + (n.offset - offset))) c_.ReadChunk(k, dst + (n.offset - offset), true);
-        }
+        extents.push_back({offset, len, dst});
+        runs.push_back({offset, dst, first, last});
       });
+  {
+    TimeSplit::Scope timed(split_, TimeSplit::kRead);
+    ContainerFile::Of(c_).remote()->ReadExtents(extents);
+  }
+  if (!verify_) return;
+  TimeSplit::Scope timed(split_, TimeSplit::kHash);  // with any re-fetch of a bad chunk
+  thread_local format::internal::ChunkChecker checker;
+  for (const Run& r : runs)
+    for (uint64_t k = r.first; k < r.last; ++k) {
+      format::ChunkRecord n = c_.chunk(k);
+      if (checker.Check(n, r.dst + (n.offset - r.offset))) c_.ReadChunk(k, r.dst + (n.offset - r.offset), true);
+    }
 }
 
 void ChunkReader::ReadIntoDestinations(const Batch& b, const Destinations& d) const {

@@ -12,7 +12,10 @@
 #include <string>
 #include <utility>
 
+#include "common/byte_source.h"
+#include "common/mapped_file.h"
 #include "common/shape.h"
+#include "format/container_file.h"
 #include "loader/copy_views.h"
 #include "loader/stream.h"
 #include "loader/tensors.h"
@@ -116,11 +119,30 @@ uint32_t TensorStream::remaining() const {
   return n;
 }
 
+// From an object, the storages of the tensors after the one being read are fetched ahead (the
+// source holds them, within its budget, until read): one tensor at a time would keep one GET in
+// flight.
+void TensorStream::ReadAhead() {
+  const ByteSource* source = format::internal::ContainerFile::Of(*c_).remote();
+  if (!source) return;
+  for (ahead_ = std::max(ahead_, next_); ahead_ < c_->tensor_count(); ++ahead_) {
+    const TensorInfo t = c_->tensor(ahead_);
+    if (t.flags & format::kTensorInternal || t.storage == ahead_storage_) continue;
+    const StorageInfo s = c_->storage(t.storage);
+    if (s.chunk_count == 0) continue;
+    const format::ChunkRecord last = c_->chunk(s.first_chunk + s.chunk_count - 1);
+    const uint64_t begin = c_->chunk(s.first_chunk).offset, end = last.offset + last.stored_bytes;
+    if (!source->Prefetch(begin, end - begin)) return;  // the budget is full: later
+    ahead_storage_ = t.storage;
+  }
+}
+
 bool TensorStream::Next(std::string* name, at::Tensor* tensor) {
   while (next_ < c_->tensor_count() && (c_->tensor(next_).flags & format::kTensorInternal)) ++next_;
   if (next_ >= c_->tensor_count()) return false;
   auto t0 = std::chrono::steady_clock::now();
   TensorInfo info = c_->tensor(next_++);
+  ReadAhead();
   std::string n(info.name);
   at::Tensor target = Destination(info, loader::ToScalarType(info.dtype, n));
   std::vector<loader::ViewCopy> copies;

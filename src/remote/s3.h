@@ -9,9 +9,14 @@
 #include <vector>
 
 #include "common/byte_source.h"
+#include "common/byte_store.h"
 #include "zckpt/object_store.h"
 
 namespace zckpt::remote {
+
+// Reader threads a loader runs for an object (each hands its batches' reads to the request
+// pool, which keeps the requests in flight): at most S3Config::connections.
+inline constexpr unsigned kObjectReaderThreads = 8;
 
 // True for "s3://..." (the only scheme so far).
 bool IsObjectUrl(std::string_view path);
@@ -33,7 +38,11 @@ struct S3Config {
   double backoff_s = 0.2;       // first wait; doubled each retry, capped at 5 s, with jitter
   long timeout_s = 30;          // no byte for this long: the attempt fails (a stalled server)
   long connect_timeout_s = 10;
-  unsigned connections = 8;     // parallel ranged GETs a load may keep open
+  // Requests in flight at most (ZCKPT_S3_CONNECTIONS): the cap the request pool grows toward
+  // while throughput grows (remote/s3_pool.h), for reads and uploads alike.
+  unsigned connections = 64;
+  uint64_t get_bytes = 4 << 20;  // a read is split into ranged GETs of about this (ZCKPT_S3_GET_MB)
+  unsigned uploads = 24;         // parts of one upload in flight at most (ZCKPT_S3_UPLOADS)
   // A writer that committed aborts the unfinished multipart uploads of its key begun at least
   // this long ago: those of writers killed before they could abort their own (6 h: longer
   // than any live upload; S3 keeps and bills their parts until aborted).
@@ -46,7 +55,8 @@ struct S3Config {
 // ~/.aws/credentials, AWS_SHARED_CREDENTIALS_FILE), AWS_REGION / AWS_DEFAULT_REGION (else the
 // profile's region in ~/.aws/config, AWS_CONFIG_FILE), AWS_PROFILE (default "default").
 // zckpt's own: ZCKPT_S3_ADDRESSING=path|virtual, ZCKPT_S3_ATTEMPTS, ZCKPT_S3_BACKOFF (seconds),
-// ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS, ZCKPT_S3_STALE_UPLOAD_S.
+// ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS, ZCKPT_S3_GET_MB,
+// ZCKPT_S3_UPLOADS, ZCKPT_S3_STALE_UPLOAD_S.
 S3Config LoadS3Config();
 
 // "s3://bucket/prefix" taken as a folder: {bucket, "prefix/"} (a '/' added where missing;
@@ -65,6 +75,10 @@ std::string ReadWholeObject(const std::string& url, uint64_t max_bytes);
 // or not at all, replacing what the key held.
 void PutObject(const std::string& url, const void* data, size_t n);
 
+// The object's first n bytes (fewer when it is shorter) in one ranged GET, no HEAD: what a
+// folder scan reads to tell a container by its magic. Error(kIo) when refused.
+std::string ReadObjectStart(const std::string& url, uint64_t n);
+
 // HEAD: true for 2xx, false for 404, Error(kIo) otherwise.
 bool ObjectExists(const std::string& url);
 
@@ -76,20 +90,21 @@ std::unique_ptr<ByteSource> OpenObject(const std::string& url);
 // Writes an object with a multipart upload: parts are sent as they fill (several at once); the
 // object appears only at Commit (CompleteMultipartUpload). Destroyed or aborted before Commit,
 // the upload is aborted and whatever the key held before is untouched.
-class ObjectWriter {
+// The s3:// store's ByteSink (common/byte_store.h).
+class ObjectWriter final : public ByteSink {
  public:
   explicit ObjectWriter(const std::string& url);
-  ~ObjectWriter();
+  ~ObjectWriter() override;
   ObjectWriter(const ObjectWriter&) = delete;
   ObjectWriter& operator=(const ObjectWriter&) = delete;
 
-  void Write(const void* data, size_t n);
+  void Write(const void* data, size_t n) override;
   // Overwrites [offset, offset + n) of what was written; must lie in the first part (kept in
   // memory until Commit for that): the container's superblock, rewritten at the end.
-  void WriteAt(uint64_t offset, const void* data, size_t n);
-  uint64_t position() const;
-  void Commit();
-  void Abort();
+  void WriteAt(uint64_t offset, const void* data, size_t n) override;
+  uint64_t position() const override;
+  void Commit() override;
+  void Abort() override;
   const std::string& url() const;
 
  private:

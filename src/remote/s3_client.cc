@@ -3,12 +3,14 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "remote/s3_pool.h"
 #include "zckpt/error.h"
 
 namespace zckpt::remote {
@@ -44,18 +46,33 @@ struct Transfer {
   Response* resp;
   CURL* h;
   uint64_t sent = 0;
+  size_t piece = 0;  // the first scatter piece not yet filled
 };
+
+// Body bytes [from, from + len) at p into the request's scatter pieces that hold them.
+void Scatter(Transfer* t, const char* p, uint64_t from, uint64_t len) {
+  const std::vector<Request::Piece>& pieces = t->req->scatter;
+  for (; t->piece < pieces.size(); ++t->piece) {
+    const Request::Piece& s = pieces[t->piece];
+    if (s.at >= from + len) return;
+    uint64_t lo = std::max(s.at, from), hi = std::min(s.at + s.n, from + len);
+    if (hi > lo) std::memcpy(s.dst + (lo - s.at), p + (lo - from), hi - lo);
+    if (s.at + s.n > from + len) return;  // the rest of this piece comes later
+  }
+}
 
 size_t OnBody(char* p, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   size_t len = size * n;
   long status = 0;
   curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
-  if (status / 100 == 2 && t->req->sink) {
+  if (status / 100 == 2 && (t->req->sink || !t->req->scatter.empty())) {
     // More than asked for: a server that ignored the range. Stop (the transfer fails).
     if (len > t->req->sink_bytes - t->resp->received) return 0;
-    std::memcpy(t->req->sink + t->resp->received, p, len);
+    if (t->req->sink) std::memcpy(t->req->sink + t->resp->received, p, len);
+    else Scatter(t, p, t->resp->received, len);
     t->resp->received += len;
+    RequestPool::CountBytes(len);
     return len;
   }
   size_t cap = t->req->max_body;
@@ -71,11 +88,13 @@ size_t OnHeader(char* p, size_t size, size_t n, void* user) {
   if (colon != std::string::npos) {
     std::string name = line.substr(0, colon);
     std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (name == "etag") {
-      std::string v = line.substr(colon + 1);
-      size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t\r\n");
-      t->resp->etag = b == std::string::npos ? "" : v.substr(b, e - b + 1);
-    }
+    std::string v = line.substr(colon + 1);
+    size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t\r\n");
+    v = b == std::string::npos ? "" : v.substr(b, e - b + 1);
+    if (name == "etag") t->resp->etag = v;
+    // "bytes 0-99/1234": the object's size after the slash (a ranged GET answers what a HEAD would).
+    if (name == "content-range" && v.rfind('/') != std::string::npos && v.back() != '*')
+      t->resp->object_size = static_cast<int64_t>(std::strtoull(v.c_str() + v.rfind('/') + 1, nullptr, 10));
   }
   return len;
 }
@@ -85,6 +104,7 @@ size_t OnUpload(char* p, size_t size, size_t n, void* user) {
   size_t len = std::min<uint64_t>(size * n, t->req->upload_bytes - t->sent);
   std::memcpy(p, t->req->upload + t->sent, len);
   t->sent += len;
+  RequestPool::CountBytes(len);
   return len;
 }
 

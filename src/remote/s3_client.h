@@ -20,6 +20,13 @@ struct Request {
   uint64_t upload_bytes = 0;
   uint8_t* sink = nullptr;  // a 2xx body goes here (at most sink_bytes), else into Response::body
   uint64_t sink_bytes = 0;
+  // Or scattered: body bytes [at, at + n) of each piece (sorted, apart) to its dst, the bytes
+  // between dropped; sink_bytes is then the whole body's length.
+  struct Piece {
+    uint64_t at, n;
+    uint8_t* dst;
+  };
+  std::vector<Piece> scatter;
   uint64_t max_body = 64 << 10;  // non-sink bodies kept (a listing page wants more than an error)
 };
 
@@ -31,6 +38,7 @@ struct Response {
   std::string etag;
   uint64_t received = 0;    // bytes written to the sink
   int64_t content_length = -1;  // the Content-Length header (HEAD: the object's size)
+  int64_t object_size = -1;     // the size in a ranged GET's Content-Range ("bytes 0-9/SIZE")
   bool transient() const;   // worth another attempt: transfer failed, 5xx, 429/503 SlowDown
   std::string Describe() const;  // "HTTP 403 AccessDenied: ..." / "connection reset: ..."
 };
@@ -49,6 +57,11 @@ class S3Client {
  private:
   S3Config config_;
 };
+
+// One ranged GET of into.size() bytes of the object at `offset` (pinned to `etag` unless empty)
+// into `into`, retried; `into` cut to what came (an object ending sooner).
+Response FetchRange(const S3Client& client, const ObjectLocation& loc, uint64_t offset, std::string& into,
+                    const std::string& etag);
 
 // Percent-encoding as S3 and SigV4 want it: all but unreserved characters (and '/' in a key
 // path, keep_slash). A query built of such values in name order is already canonical, which is

@@ -1,4 +1,5 @@
 // S3Config from the environment and the AWS shared config/credentials files.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -103,6 +104,8 @@ S3Config LoadS3Config() {
   c.backoff_s = Number<double>("ZCKPT_S3_BACKOFF", c.backoff_s);
   c.timeout_s = std::max(1L, Number<long>("ZCKPT_S3_TIMEOUT", c.timeout_s));
   c.connections = std::max(1u, Number<unsigned>("ZCKPT_S3_CONNECTIONS", c.connections));
+  c.get_bytes = static_cast<uint64_t>(std::max(0.0625, Number<double>("ZCKPT_S3_GET_MB", static_cast<double>(c.get_bytes) / (1 << 20))) * (1 << 20));
+  c.uploads = std::max(1u, Number<unsigned>("ZCKPT_S3_UPLOADS", c.uploads));
   c.stale_upload_s = std::max(0L, Number<long>("ZCKPT_S3_STALE_UPLOAD_S", c.stale_upload_s));
   return c;
 }

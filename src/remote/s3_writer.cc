@@ -1,6 +1,7 @@
-// ObjectWriter: a multipart upload. The first part stays in memory until Commit (so the bytes
-// at its start can still be rewritten: a container's superblock); later parts are uploaded as
-// they fill, `connections` at once. An object that fits in one part is one PUT at Commit.
+// ObjectWriter: a multipart upload. The first part (5 MiB) stays in memory until Commit (so
+// the bytes at its start can still be rewritten: a container's superblock); later parts are
+// uploaded as they fill, S3Config::uploads at once on the request pool (s3_pool.h). An object
+// that fits in the first part is one PUT at Commit.
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -10,21 +11,25 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "remote/s3.h"
 #include "remote/s3_client.h"
+#include "remote/s3_pool.h"
 #include "zckpt/error.h"
 
 namespace zckpt::remote {
 
 namespace {
 
+// S3 wants parts of at least this (all but the last), and at most 10000 of them.
+constexpr uint64_t kMinPartBytes = 5 << 20;
+
 uint64_t PartBytes() {
-  // S3 wants parts of at least 5 MiB (all but the last) and at most 10000 of them.
   const char* v = std::getenv("ZCKPT_S3_PART_MB");
-  uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 16;
-  return std::max<uint64_t>(mb, 5) << 20;
+  uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 8;
+  return std::max<uint64_t>(mb << 20, kMinPartBytes);
 }
 
 // "2026-12-02T06:10:00.000Z" (S3's Initiated) as seconds since the epoch; -1 if unreadable.
@@ -41,8 +46,12 @@ long long IsoSeconds(const std::string& s) {
 }  // namespace
 
 struct ObjectWriter::Impl {
-  Impl(const std::string& u) : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(PartBytes()) {
-    first.reserve(part_bytes);
+  // The first part is the smallest S3 takes: it is held until Commit and then sent alone while
+  // the last parts finish, so its size is the upload's tail.
+  Impl(const std::string& u)
+      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(PartBytes()),
+        first_bytes(std::min(part_bytes, kMinPartBytes)) {
+    first.reserve(first_bytes);
   }
 
   std::string Where() const { return url; }
@@ -82,25 +91,34 @@ struct ObjectWriter::Impl {
 
   void Reap(size_t keep) {
     while (in_flight.size() > keep) {
-      auto [number, fut] = std::move(in_flight.front());
+      InFlight part = std::move(in_flight.front());
       in_flight.pop_front();
-      etags[number] = fut.get();
+      part.sent.get();
+      etags[part.number] = *part.etag;
     }
+  }
+
+  // Part `number` sent on the request pool (its bytes kept by the task until it has run).
+  void Send(int number, std::shared_ptr<const std::vector<uint8_t>> bytes, bool front = false) {
+    auto etag = std::make_shared<std::string>();
+    std::future<void> sent = RequestPool::Instance().Start(
+        [this, number, bytes, etag] { *etag = SendPart(number, *bytes); }, client.config().connections);
+    InFlight part{number, etag, std::move(sent)};
+    if (front) in_flight.push_front(std::move(part));
+    else in_flight.push_back(std::move(part));
   }
 
   void QueuePart(std::vector<uint8_t> bytes) {
     if (upload_id.empty()) Start();
     int number = next_part++;
-    Reap(client.config().connections - 1);
-    in_flight.emplace_back(number, std::async(std::launch::async, [this, number, b = std::move(bytes)] {
-                             return SendPart(number, b);
-                           }));
+    Reap(client.config().uploads - 1);
+    Send(number, std::make_shared<const std::vector<uint8_t>>(std::move(bytes)));
   }
 
   void Write(const uint8_t* p, size_t n) {
     while (n > 0) {
-      std::vector<uint8_t>& into = first.size() < part_bytes && next_part == 2 && current.empty() ? first : current;
-      size_t take = std::min<uint64_t>(n, part_bytes - into.size());
+      std::vector<uint8_t>& into = first.size() < first_bytes && next_part == 2 && current.empty() ? first : current;
+      size_t take = std::min<uint64_t>(n, (&into == &first ? first_bytes : part_bytes) - into.size());
       into.insert(into.end(), p, p + take);
       p += take;
       n -= take;
@@ -128,7 +146,7 @@ struct ObjectWriter::Impl {
     }
     if (!current.empty()) QueuePart(std::move(current));
     if (upload_id.empty()) Start();
-    in_flight.emplace_front(1, std::async(std::launch::async, [this] { return SendPart(1, first); }));
+    Send(1, std::shared_ptr<const std::vector<uint8_t>>(&first, [](const std::vector<uint8_t>*) {}), /*front=*/true);
     Reap(0);
     std::string xml = "<CompleteMultipartUpload>";
     for (auto& [number, etag] : etags)
@@ -175,7 +193,7 @@ struct ObjectWriter::Impl {
 
   void Abort() noexcept {
     try {
-      for (auto& f : in_flight) f.second.wait();
+      for (InFlight& f : in_flight) f.sent.wait();
     } catch (...) {
     }
     in_flight.clear();
@@ -200,12 +218,17 @@ struct ObjectWriter::Impl {
   std::string url;
   ObjectLocation loc;
   S3Client client;
-  uint64_t part_bytes;
+  uint64_t part_bytes, first_bytes;
   std::vector<uint8_t> first, current;
   uint64_t position = 0;
   int next_part = 2;
   std::string upload_id;
-  std::deque<std::pair<int, std::future<std::string>>> in_flight;
+  struct InFlight {
+    int number;
+    std::shared_ptr<std::string> etag;  // set by the task
+    std::future<void> sent;
+  };
+  std::deque<InFlight> in_flight;
   std::map<int, std::string> etags;
   bool done = false;
 };

@@ -1,6 +1,8 @@
 """A real S3 server on localhost for the object-storage tests (moto[server], in a virtualenv of
 its own that tools/s3/moto-venv.sh makes on first use), and a small HTTP proxy in front of it
-that injects faults between zckpt and the server. Nothing here reaches the network."""
+that injects faults between zckpt and the server. Nothing here reaches the network. The shaping
+S3 server (tools/s3/shaping_server.py: latency and throughput caps, for tests and benchmarks) is
+importable from here too, as shaping_server."""
 import http.client
 import http.server
 import os
@@ -10,9 +12,13 @@ import struct
 import subprocess
 import threading
 import time
+import sys
 import urllib.request
 
 import zckpt_testing
+
+sys.path.insert(0, os.path.join(zckpt_testing.REPO, "tools", "s3"))
+import shaping_server  # noqa: E402
 
 MOTO_VENV_SCRIPT = os.path.join(zckpt_testing.REPO, "tools", "s3", "moto-venv.sh")
 
@@ -68,7 +74,7 @@ def moto_python():
     return r.stdout.strip().splitlines()[-1], None
 
 
-class MotoServer:
+class MotoServer(shaping_server.S3Requests):
     """moto_server on 127.0.0.1:PORT, stopped by close().
 
     check_signatures=True: the server checks every request's SigV4 signature and access key as
@@ -154,40 +160,6 @@ print(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
     def make_signed_bucket(self, python, bucket):
         """A bucket made by boto3 with the IAM key (a signature-checking server)."""
         self.boto(python, f"s3.create_bucket(Bucket={bucket!r})")
-
-    def request(self, method, path, body=None, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        data = r.read()
-        conn.close()
-        return r.status, dict(r.getheaders()), data
-
-    def make_bucket(self, bucket):
-        # Public read-write: this helper's own requests are unsigned (zckpt's are signed).
-        status, _, body = self.request("PUT", "/" + bucket, headers={"x-amz-acl": "public-read-write"})
-        assert status == 200, body
-
-    def put(self, bucket, key, data):
-        status, headers, body = self.request("PUT", f"/{bucket}/{key}", body=data,
-                                             headers={"Content-Type": "application/octet-stream"})
-        assert status == 200, body
-        return headers.get("ETag")
-
-    def get(self, bucket, key):
-        status, _, body = self.request("GET", f"/{bucket}/{key}")
-        return status, body
-
-    def keys(self, bucket):
-        status, _, body = self.request("GET", f"/{bucket}?list-type=2")
-        assert status == 200, body
-        text = body.decode()
-        return [part.split("</Key>")[0] for part in text.split("<Key>")[1:]]
-
-    def uploads(self, bucket):
-        status, _, body = self.request("GET", f"/{bucket}?uploads")
-        assert status == 200, body
-        return body.decode().count("<UploadId>")
 
     def close(self):
         if self.proc.poll() is None:

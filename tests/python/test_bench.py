@@ -126,23 +126,25 @@ def test_eviction_leaves_no_page_cached(tmp_path):
 
 
 def test_bench_s3_times_every_contender_or_says_why_not(tmp_path):
-    """tools/bench/bench_s3.py, small: the zckpt rows and the local ceiling timed in both rounds,
-    Run:ai's rows timed or 'skipped: WHY' (no peers virtualenv, Run:ai failing), none with
-    tensors that differ (that exits 1)."""
-    import s3_server
-
-    python, why = s3_server.moto_python()
-    if python is None:
-        pytest.skip(why)
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_s3.py"), "--mib", "8", "--rounds", "2", "-j", "4"],
+    """tools/bench/bench_s3.py, small, on the shaping server shaped and unshaped: the zckpt rows and
+    the local reference timed, with the requests each kept in flight; the floor row under shaping;
+    boto3's and Run:ai's rows timed or 'skipped: WHY' (no boto3, no peers virtualenv); none with
+    results that differ (that exits 1)."""
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_s3.py"), "--mib", "8", "--rounds", "2", "-j", "4",
+                        "--server", "shaped,unshaped", "--ttfb-ms", "5", "--link-mibs", "200"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    table = r.stdout.split("\ncontender", 1)[1]
-    for name in ("s3 (moto)", "s3 (range srv)", "download+load", "local (warm)"):
-        assert re.search(rf"^{re.escape(name)} +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+ +[0-9.]+x ", table, re.M), table
-    assert re.search(r"^local \(warm\) .* 1\.00x ", table, re.M), table
-    for name in ("runai s3 (moto)", "runai s3 (range srv)"):
-        assert re.search(rf"^{re.escape(name)}(: skipped: .+| +[0-9.]+ )", table, re.M), table
+    shaped, unshaped = r.stdout.split("\n[shaped]", 1)[1].split("\n[unshaped]", 1)
+    num = r"[0-9.]+"
+    for table in (shaped, unshaped):
+        for name in ("zckpt.load", "zckpt.save"):
+            assert re.search(rf"^{re.escape(name)} +{num} +{num} +{num} +\d+ +(\d+%|-) +[1-9]\d* +\d+ +-?\d+$",
+                             table, re.M), table
+        assert re.search(rf"^local \(warm\) +{num} .* - +- +- +-?\d+$", table, re.M), table
+        for name in ("runai streamer", "boto3 download+load", "boto3 upload_file"):
+            assert re.search(rf"^{re.escape(name)}(: skipped: .+| +{num} )", table, re.M), table
+    assert re.search(r"^floor \(size/link\+TTFB\) +[0-9.]+ .* 100% ", shaped, re.M), shaped
+    assert not re.search(r"^floor ", unshaped, re.M), unshaped  # no link: no floor
     assert "WRONG" not in r.stdout
 
 

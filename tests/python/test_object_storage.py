@@ -79,8 +79,10 @@ def test_load_from_s3_equals_local_load(s3env, proxy, local, uploaded):
     assert_same(remote, zckpt.load(local))
     assert_same(remote, model())
     gets = [r for m, _, r in proxy.log if m == "GET" and r]
-    assert len(gets) >= 7, proxy.log  # one ranged GET per chunk at least
-    assert all(m in ("HEAD", "GET") for m, _, _ in proxy.log)
+    # Ranged GETs only (issue 34: no HEAD; GETs merge small chunks and the open's bytes serve the
+    # index and pickle, so their number no longer follows the chunks).
+    assert len(gets) >= 2, proxy.log
+    assert all(m == "GET" for m, _, _ in proxy.log), proxy.log
 
 
 def test_load_into_from_s3(s3env, local, uploaded):
@@ -109,10 +111,21 @@ def test_mmap_of_an_object_is_refused_clearly(s3env, uploaded):
 
 @pytest.mark.parametrize("status", [500, 503])
 def test_server_errors_are_retried(s3env, proxy, uploaded, status):
-    # Every second ranged GET fails once: each is answered by a retry of that chunk alone.
-    proxy.reset(lambda method, path, headers, n: ("status", status) if n > 0 and n % 2 == 0 else None)
+    # Every second ranged GET fails once: each is answered by a retry of that range alone.
+    failed = []
+
+    def fault(method, path, headers, n):
+        if n > 0 and n % 2 == 0:
+            failed.append(headers["Range"])
+            return ("status", status)
+        return None
+
+    proxy.reset(fault)
     assert_same(zckpt.load(uploaded), model())
-    assert proxy.ranged_gets >= 2 * 7  # every second ranged GET failed and was asked again
+    ranges = [r for m, _, r in proxy.log if m == "GET" and r]
+    assert len(failed) >= 1, ranges
+    for r in failed:  # every failed range was asked for again (issue 34: fewer, larger GETs)
+        assert ranges.count(r) >= 2, (r, ranges)
 
 
 def test_connection_reset_mid_body_is_retried(s3env, proxy, uploaded):

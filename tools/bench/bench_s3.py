@@ -1,47 +1,64 @@
-"""Loading a container from S3-compatible storage on localhost (issue 25), against Run:ai's
-model streamer reading the same tensors from the same server.
+"""Loading a container from S3-compatible storage, and saving one to it (issues 25 and 34), against
+Run:ai's model streamer and boto3 on the same server, the same tensors, the same shaping.
 
-  meson devenv -C build python $PWD/tools/bench/bench_s3.py [--mib 1024] [--rounds 5] [-j 8] [--server moto,ranges]
+  meson devenv -C build python $PWD/tools/bench/bench_s3.py [--mib 1024] [--rounds 5]
+      [--server shaped,unshaped,moto] [--ttfb-ms 30] [--conn-mibs 25] [--link-mibs 320] [-j N]
 
-A moto[server] S3 (tools/s3/moto-venv.sh: a venv of its own) on 127.0.0.1; one container of
---mib MiB (bf16/f32 transformer-shaped tensors, 4 MiB chunks) uploaded to it as
-s3://bench/model.zckpt, and the same tensors as a safetensors file (safetensors.torch.save_file)
-as s3://bench/model.safetensors. Each round runs every contender once, in a shuffled order:
-- s3:      zckpt.load("s3://bench/model.zckpt"), -j ranged GETs in flight (ZCKPT_S3_CONNECTIONS);
-- download+load: one GET of the whole object to a local file, then zckpt.load of that file
-  (the page cache holds it warm: the download wrote it);
-- local:   zckpt.load of the local file, warm (the ceiling: no network at all; the "x local"
-  column is each contender's median over this one's);
-- runai s3: Run:ai's SafetensorsStreamer (runai-model-streamer and runai-model-streamer-s3
-  0.17.1, in the peers virtualenv of tools/bench/setup-peers.sh) streaming
-  s3://bench/model.safetensors into CPU tensors. It needs that virtualenv, so it runs as
-  `contenders.py runai URL --tensor-digests` in a process of the peers' python, one per round,
-  which times the stream_file + get_tensors loop alone: this row excludes its process start-up
-  and imports (the zckpt rows run in this process, zckpt imported once before). Its
-  environment: AWS_ENDPOINT_URL (the server), RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0
-  (path-style requests), AWS_EC2_METADATA_DISABLED=true, the same AWS_ACCESS_KEY_ID,
-  AWS_SECRET_ACCESS_KEY and AWS_REGION as zckpt's (read by the AWS SDK's default chain:
-  RUNAI_STREAMER_NO_BOTO3_SESSION defaults to 1 in 0.17.1), and, for fairness,
-  RUNAI_STREAMER_OBJ_CONCURRENCY = -j (and RUNAI_STREAMER_CONCURRENCY, the variable 0.17 falls
-  back to, the same): -j S3 clients against zckpt's -j connections.
-Every result is compared tensor by tensor with the saved tensors (Run:ai's through a digest of
-each tensor's name, dtype, shape and bytes, taken in its process after the timing); a contender
-whose tensors differ is reported and the script exits 1. A contender that cannot run (no peers
-virtualenv, Run:ai failing) is reported as "NAME: skipped: WHY" and the others still run.
-Medians, min and max per contender; never best-of-N.
+The servers (--server, comma-separated, one table each; default shaped):
+- shaped:   the shaping S3 server (tools/s3/shaping_server.py), in a process of its own on
+            127.0.0.1, answering as object storage does: --ttfb-ms before each request's first
+            byte, each connection held to --conn-mibs MiB/s and all of them together to
+            --link-mibs MiB/s (uploads too); by default 30 ms, 25 MiB/s and 320 MiB/s.
+- unshaped: the same server with no shaping: the clients' own speed over loopback (what the old
+            `ranges` server measured; `ranges` is still accepted for it).
+- moto:     moto[server] (tools/s3/moto-venv.sh), which copies the whole object for every ranged
+            GET: every ranged reader is bounded by the server there.
+One container of --mib MiB (bf16/f32 transformer-shaped tensors, 4 MiB chunks) is served as
+s3://bench/model.zckpt and the same tensors as a safetensors file (safetensors.torch.save_file)
+as s3://bench/model.safetensors (the shaping server serves both local files in place; moto gets
+them uploaded). Each round runs every contender once, in a shuffled order:
+- zckpt.load:          zckpt.load("s3://bench/model.zckpt"), in this process;
+- zckpt.iter_tensors:  dict(zckpt.iter_tensors("s3://bench/model.zckpt")): each tensor streamed
+  into a fresh tensor, one after another (what vLLM's load_format="zckpt" iterates), in this process;
+- runai streamer:      Run:ai's SafetensorsStreamer (runai-model-streamer and -s3 0.17.1, the
+  peers virtualenv of tools/bench/setup-peers.sh) streaming s3://bench/model.safetensors into CPU
+  tensors, as `contenders.py runai URL --tensor-digests` in a process of the peers' python, one
+  per round, which times the stream_file + get_tensors loop alone (its start-up and imports are
+  not in the row). Its environment: AWS_ENDPOINT_URL, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0
+  (path-style), AWS_EC2_METADATA_DISABLED=true, the same keys and region as zckpt's;
+- boto3 download+load: boto3's download_file of s3://bench/model.safetensors to a local file
+  (its default TransferConfig: 8 MiB parts, 10 threads), then safetensors.torch.load_file of it,
+  in this process;
+- local (warm):        zckpt.load of the local container, warm: no network at all (a reference);
+- zckpt.save:          zckpt.save(tensors, "s3://bench/saved.zckpt") (a multipart upload);
+- boto3 upload_file:   upload_file of the local container (the same bytes) to
+  s3://bench/uploaded.zckpt (boto3's defaults: 8 MiB parts, 10 threads, CRC32 checksums).
+-j N sets every contender's parallelism: ZCKPT_S3_CONNECTIONS, Run:ai's
+RUNAI_STREAMER_OBJ_CONCURRENCY (and RUNAI_STREAMER_CONCURRENCY) and boto3's max_concurrency;
+without it each runs with its own defaults (zckpt's: 8 connections), as a user would.
 
-moto is a Python server that copies the whole object for every ranged GET (measured here:
-0.4-0.6 s per 4 MiB range of a 256 MiB object, the same as a GET of all of it), so against it
-every ranged reader is bounded by the server. --server ranges adds rows against a minimal
-threaded HTTP server on localhost that answers HEAD and ranged GETs (with ETag/If-Match and
-Content-Range) of the two objects with os.pread: the client side's own speed over loopback, not
-an S3 implementation. Run:ai reads from it too ("runai s3 (range srv)"): for one file its CRT
-client asks for nothing but ranged GETs (no HEAD, no listing, no If-Match), in the absolute form
-(GET http://HOST/bench/KEY), and reads the size from Content-Range. That server counts the GETs
-in flight: the GETs column is each contender's peak there, the fairness measured, not assumed
-(each of Run:ai's CRT clients may open more than one connection).
+The floor (shaped only) is a row of its own, computed, not run: the container's size over the
+link, plus one TTFB. "% floor" is each row's floor (its own object's size over the link plus
+one TTFB) over its median: 100% is the link full from the first request to the last byte.
+
+Every result is compared with the saved tensors, tensor by tensor (Run:ai's through a digest of
+each tensor's name, dtype, shape and bytes, taken in its process after the timing; zckpt.save's
+by loading the saved object back with the shaping off, after the timing; upload_file's by the
+server's sha256 of the object against the local file's). A contender whose result differs is
+reported (WRONG) and the script exits 1; one that cannot run (no peers virtualenv, no boto3,
+Run:ai failing) is reported as "NAME: skipped: WHY" and the others still run. Medians [min,
+max] over the rounds; never best-of-N. "peak req" is the most requests in flight at the server
+during the contender's runs and "conns" the most connections it opened in one run (shaping
+server only; boto3's client keeps its pool from round to round, so it opens none after the
+first); "+RSS MiB" the most this process's (or Run:ai's process's) resident memory grew over a
+run, after what earlier runs freed was given back (malloc_trim): the loaded tensors themselves
+are part of it. The machine's load average is printed
+before and after each table.
 """
 import argparse
+import ctypes
+import gc
+import hashlib
 import json
 import os
 import random
@@ -50,21 +67,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import http.server
-import socketserver
-import threading
-import urllib.parse
-import urllib.request
 
 import safetensors.torch
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "s3"))
 sys.path.insert(0, HERE)
 import contenders  # noqa: E402
 import s3_server  # noqa: E402
+import shaping_server  # noqa: E402
 import zckpt  # noqa: E402
+
+MiB = 1 << 20
 
 
 def model(mib):
@@ -77,104 +93,6 @@ def model(mib):
         total += w.numel() * 2 + 2048 * 4
         i += 1
     return out
-
-
-class RangeServer:
-    """HEAD and ranged GET of a few files (URL path -> file), one thread per connection; counts
-    the GETs in flight (peak, since reset_peak)."""
-
-    def __init__(self, files):
-        opened = {}
-        for url_path, path in files.items():
-            fd = os.open(path, os.O_RDONLY)
-            size = os.fstat(fd).st_size
-            opened[url_path] = (fd, size, '"%x"' % (os.stat(path).st_mtime_ns ^ size))
-        self.fds = [fd for fd, _, _ in opened.values()]
-        self.lock = threading.Lock()
-        self.inflight = self.peak = 0
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # The headers and the body go out in separate writes: with Nagle's algorithm on, each
-            # response's body waited for the client's delayed ACK of its headers (~40 ms a GET).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *a):
-                pass
-
-            def _file(self):
-                # AWS's CRT client sends the absolute form (GET http://HOST/bucket/key).
-                got = opened.get(urllib.parse.urlsplit(self.path).path)
-                if got is None:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                return got
-
-            def do_HEAD(self):
-                got = self._file()
-                if got:
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(got[1]))
-                    self.send_header("ETag", got[2])
-                    self.end_headers()
-
-            def do_GET(self):
-                with server.lock:
-                    server.inflight += 1
-                    server.peak = max(server.peak, server.inflight)
-                try:
-                    self._get()
-                finally:
-                    with server.lock:
-                        server.inflight -= 1
-
-            def _get(self):
-                got = self._file()
-                if not got:
-                    return
-                fd, size, etag = got
-                if self.headers.get("If-Match", etag) != etag:
-                    self.send_response(412)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                lo, hi = 0, size - 1
-                if "Range" in self.headers:
-                    a, b = self.headers["Range"].split("=")[1].split("-")
-                    lo, hi = int(a), min(int(b), size - 1) if b else size - 1
-                n = hi - lo + 1
-                self.send_response(206 if "Range" in self.headers else 200)
-                self.send_header("Content-Length", str(n))
-                if "Range" in self.headers:
-                    self.send_header("Content-Range", f"bytes {lo}-{hi}/{size}")
-                self.send_header("ETag", etag)
-                self.end_headers()
-                at = lo
-                while at <= hi:
-                    b = os.pread(fd, min(8 << 20, hi + 1 - at), at)
-                    self.wfile.write(b)
-                    at += len(b)
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-            # socketserver's default backlog of 5: a client opening -j connections at once had
-            # the SYNs past it dropped, and retransmitted a second later.
-            request_queue_size = 128
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def reset_peak(self):
-        with self.lock:
-            self.peak = 0
-
-    def close(self):
-        self.server.shutdown()
-        for fd in self.fds:
-            os.close(fd)
 
 
 def differing(got, want):
@@ -207,172 +125,274 @@ def runai_unavailable(python):
     return None
 
 
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(8 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def release_free_memory():
+    """Gives back to the system what earlier rounds freed, so that a run's RSS growth is its own."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def loadavg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Setup:
+    """One server with the two objects on it; its contenders."""
+
+    def __init__(self, kind, args, files):
+        self.kind, self.args, self.files = kind, args, files
+        self.shaping = None
+        if kind == "moto":
+            python, why = s3_server.moto_python()
+            if python is None:
+                raise Skipped("no moto: " + why)
+            self.server = s3_server.MotoServer(python)
+            self.server.make_bucket("bench")
+            for key, path in files.items():
+                with open(path, "rb") as f:
+                    status, _, body = self.server.request("PUT", "/bench/" + key, body=f,
+                                                          headers={"Content-Length": str(os.path.getsize(path))})
+                assert status == 200, body
+        else:
+            self.shaping = (shaping_server.Shaping.of(args.ttfb_ms, args.conn_mibs, args.link_mibs)
+                            if kind == "shaped" else shaping_server.NONE)
+            self.server = shaping_server.ServerProcess(self.shaping)
+            self.server.make_bucket("bench")
+            for key, path in files.items():
+                self.server.serve_file("bench", key, path)
+        self.url = self.server.url
+
+    def counts(self):
+        return self.kind != "moto"
+
+    def close(self):
+        self.server.close()
+
+    def floor(self, nbytes):
+        """Seconds of `nbytes` over the link plus one TTFB; None where there is no link."""
+        s = self.shaping
+        if not s or not s.link_bps:
+            return None
+        return nbytes / s.link_bps + s.ttfb_s
+
+
+def boto3_client(url, args):
+    import boto3
+    import boto3.s3.transfer
+
+    client = boto3.client("s3", endpoint_url=url, aws_access_key_id="bench", aws_secret_access_key="bench",
+                          region_name="us-east-1")
+    config = boto3.s3.transfer.TransferConfig(**({"max_concurrency": args.connections} if args.connections else {}))
+    return client, config
+
+
+def run_table(setup, args, tensors, local, st_local, d):
+    """Runs every contender against `setup` over the rounds; prints the table; True if all right."""
+    os.environ["AWS_ENDPOINT_URL"] = setup.url
+    size, st_size = os.path.getsize(local), os.path.getsize(st_local)
+    local_sha = sha256_of(local)
+    fetched = os.path.join(d, "fetched.safetensors")
+    skipped, wrong = {}, {}
+    try:
+        client, tconfig = boto3_client(setup.url, args)
+    except ImportError as e:
+        client = None
+        skipped["boto3 download+load"] = skipped["boto3 upload_file"] = f"no boto3 ({e}): pip install boto3"
+    want_digests = contenders.tensor_digests(tensors)
+
+    def in_process(fn, check):
+        def run():
+            release_free_memory()
+            contenders.reset_peak()
+            before = contenders.host_memory()["VmRSS"]
+            t0 = time.perf_counter()
+            out = fn()
+            dt = time.perf_counter() - t0
+            rss = contenders.host_memory()["VmHWM"] - before
+            return dt, check(out), rss
+        return run
+
+    def zckpt_load():
+        return zckpt.load("s3://bench/model.zckpt")
+
+    def zckpt_iter():
+        return dict(zckpt.iter_tensors("s3://bench/model.zckpt"))
+
+    def boto3_load():
+        client.download_file("bench", "model.safetensors", fetched, Config=tconfig)
+        return safetensors.torch.load_file(fetched)
+
+    def zckpt_save():
+        zckpt.save(tensors, "s3://bench/saved.zckpt")
+
+    def check_saved(_):
+        if setup.shaping:
+            setup.server.set_shaping(shaping_server.NONE)
+        try:
+            return differing(zckpt.load("s3://bench/saved.zckpt"), tensors)
+        finally:
+            if setup.shaping:
+                setup.server.set_shaping(setup.shaping)
+
+    def boto3_upload():
+        client.upload_file(local, "bench", "uploaded.zckpt", Config=tconfig)
+
+    def check_uploaded(_):
+        if not setup.counts():
+            status, body = setup.server.get("bench", "uploaded.zckpt")
+            return [] if status == 200 and hashlib.sha256(body).hexdigest() == local_sha else ["the uploaded object"]
+        got = setup.server.digest("bench", "uploaded.zckpt")
+        return [] if got["sha256"] == local_sha else [f"the uploaded object (sha256 {got['sha256'][:12]}...)"]
+
+    def runai():
+        env = dict(os.environ, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true")
+        if args.connections:
+            env.update(RUNAI_STREAMER_OBJ_CONCURRENCY=str(args.connections),
+                       RUNAI_STREAMER_CONCURRENCY=str(args.connections))
+        try:
+            r = subprocess.run([args.peers_python, os.path.join(HERE, "contenders.py"), "runai",
+                                "s3://bench/model.safetensors", "--tensor-digests"],
+                               env=env, capture_output=True, text=True, timeout=600 + args.mib)
+        except subprocess.TimeoutExpired as e:
+            raise Skipped(f"no result in {e.timeout} s") from None
+        if r.returncode:
+            raise Skipped(f"exit {r.returncode}: {last_lines(r.stderr)}")
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        return out["seconds"], differing_digests(out["digests"], want_digests), out["rss_peak"] - out["rss_before"]
+
+    same = lambda out: differing(out, tensors)  # noqa: E731
+    # name -> (run() -> (seconds, names differing, RSS growth), bytes moved, a load or a save)
+    rows = {
+        "zckpt.load": (in_process(zckpt_load, same), size, "load"),
+        "zckpt.iter_tensors": (in_process(zckpt_iter, same), size, "load"),
+        "runai streamer": (runai, st_size, "load"),
+        "boto3 download+load": (in_process(boto3_load, same), st_size, "load"),
+        "local (warm)": (in_process(lambda: zckpt.load(local), same), size, "local"),
+        "zckpt.save": (in_process(zckpt_save, check_saved), size, "save"),
+        "boto3 upload_file": (in_process(boto3_upload, check_uploaded), size, "save"),
+    }
+    why = runai_unavailable(args.peers_python)
+    if why:
+        skipped["runai streamer"] = why
+    times = {k: [] for k in rows}
+    peaks, conns, rss = {k: 0 for k in rows}, {k: 0 for k in rows}, {k: 0 for k in rows}
+    rng = random.Random(args.seed)
+    print(f"\n== {setup.kind}: {setup.shaping.describe() if setup.shaping else 'moto'} "
+          f"(load average {loadavg()})", flush=True)
+    for r in range(args.rounds):
+        order = [k for k in rows if k not in skipped and k not in wrong]
+        rng.shuffle(order)
+        for name in order:
+            run = rows[name][0]
+            if setup.counts():
+                setup.server.reset_stats()
+            try:
+                dt, bad, grew = run()
+            except Skipped as e:
+                skipped[name] = f"round {r + 1}: {e}"
+                print(f"{name}: skipped: {skipped[name]}", flush=True)
+                continue
+            if setup.counts() and rows[name][2] != "local":
+                st = setup.server.stats()
+                peaks[name] = max(peaks[name], st["peak_in_flight"])
+                conns[name] = max(conns[name], st["connections"])
+            rss[name] = max(rss[name], grew)
+            if bad:
+                wrong[name] = bad
+                print(f"{name}: WRONG in round {r + 1}: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
+                      f"({len(bad)} of {len(tensors)})", flush=True)
+                continue
+            times[name].append(dt)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in order
+                                             if k not in skipped and k not in wrong and times[k]), flush=True)
+
+    head = f"{'contender':22} {'median s':>9} {'min':>7} {'max':>7} {'MiB/s':>7} {'% floor':>8} {'peak req':>9} {'conns':>6} {'+RSS MiB':>9}"
+    print(f"\n[{setup.kind}] {setup.shaping.describe() if setup.shaping else 'moto'}; {size / MiB:.0f} MiB container, "
+          f"{st_size / MiB:.0f} MiB safetensors; {args.rounds} rounds, shuffled; "
+          f"{'-j ' + str(args.connections) if args.connections else 'each with its own defaults'}")
+    print(head)
+    floor = setup.floor(size)
+    if floor:
+        print(f"{'floor (size/link+TTFB)':22} {floor:9.2f} {'-':>7} {'-':>7} {size / floor / MiB:7.0f} {'100%':>8} "
+              f"{'-':>9} {'-':>6} {'-':>9}")
+    for kind in ("load", "local", "save"):
+        for k, (_, nbytes, what) in rows.items():
+            if what != kind:
+                continue
+            if k in wrong:
+                print(f"{k:22} WRONG: {', '.join(wrong[k][:5])}")
+                continue
+            if k in skipped or not times[k]:
+                continue
+            v = times[k]
+            med = statistics.median(v)
+            f = setup.floor(nbytes)
+            pct = f"{100 * f / med:.0f}%" if f and what != "local" else "-"
+            counted = setup.counts() and what != "local"
+            print(f"{k:22} {med:9.2f} {min(v):7.2f} {max(v):7.2f} {nbytes / med / MiB:7.0f} {pct:>8} "
+                  f"{peaks[k] if counted else '-':>9} {conns[k] if counted else '-':>6} {rss[k] / MiB:9.0f}")
+    for k, why in skipped.items():
+        print(f"{k}: skipped: {why}")
+    print(f"(load average after: {loadavg()}; peak req: requests in flight at the server, conns: connections "
+          f"opened in one run, '-' where not measured)", flush=True)
+    return not wrong
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("-j", "--connections", type=int, default=8,
-                    help="parallel ranged GETs (ZCKPT_S3_CONNECTIONS); Run:ai's RUNAI_STREAMER_OBJ_CONCURRENCY")
+    ap.add_argument("-j", "--connections", type=int, default=0,
+                    help="every contender's parallelism (ZCKPT_S3_CONNECTIONS, Run:ai's concurrency, boto3's "
+                         "max_concurrency); 0 (the default): each its own default")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--server", default="moto,ranges", help="moto, ranges or both (comma-separated)")
+    ap.add_argument("--server", default="shaped", help="shaped, unshaped (or ranges), moto; comma-separated")
+    ap.add_argument("--ttfb-ms", type=float, default=30, help="shaped: time to first byte of every request")
+    ap.add_argument("--conn-mibs", type=float, default=25, help="shaped: MiB/s each connection")
+    ap.add_argument("--link-mibs", type=float, default=320, help="shaped: MiB/s all connections together")
     ap.add_argument("--peers-python", default=os.path.expanduser("~/.cache/zckpt/peers-venv/bin/python"),
                     help="the python of the peers virtualenv (tools/bench/setup-peers.sh), for Run:ai's rows")
     args = ap.parse_args()
-    servers = args.server.split(",")
+    kinds = ["unshaped" if k == "ranges" else k for k in args.server.split(",")]
+    if any(k not in ("shaped", "unshaped", "moto") for k in kinds):
+        ap.error(f"--server {args.server}: expected shaped, unshaped, ranges or moto")
 
-    python, why = s3_server.moto_python()
-    if python is None:
-        sys.exit("no moto: " + why)
-    server = s3_server.MotoServer(python)
-    ranges = None
-    try:
-        server.make_bucket("bench")
-        os.environ.update(AWS_ENDPOINT_URL=server.url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                          AWS_REGION="us-east-1", ZCKPT_S3_CONNECTIONS=str(args.connections))
-        tensors = model(args.mib)
-        with tempfile.TemporaryDirectory() as d:
-            local = os.path.join(d, "model.zckpt")
-            zckpt.save(tensors, local)
-            size = os.path.getsize(local)
-            t0 = time.perf_counter()
-            zckpt.save(tensors, "s3://bench/model.zckpt")
-            upload = time.perf_counter() - t0
-            print(f"container {size / 2**20:.0f} MiB; zckpt.save to s3 (multipart) {upload:.2f} s "
-                  f"({size / upload / 2**20:.0f} MiB/s)")
-            st_local = os.path.join(d, "model.safetensors")
-            safetensors.torch.save_file(tensors, st_local)
-            st_size = os.path.getsize(st_local)
-            with open(st_local, "rb") as f:
-                status, _, body = server.request("PUT", "/bench/model.safetensors", body=f,
-                                                 headers={"Content-Length": str(st_size)})
-            assert status == 200, body
-            print(f"safetensors {st_size / 2**20:.0f} MiB (for Run:ai), uploaded as s3://bench/model.safetensors")
-            url = "s3://bench/model.zckpt"
-            fetched = os.path.join(d, "fetched.zckpt")
-
-            def s3():
-                return zckpt.load(url)
-
-            def download_then_load():
-                with urllib.request.urlopen(server.url + "/bench/model.zckpt") as r, open(fetched, "wb") as f:
-                    while True:
-                        b = r.read(8 << 20)
-                        if not b:
-                            break
-                        f.write(b)
-                return zckpt.load(fetched)
-
-            def local_load():
-                return zckpt.load(local)
-
-            if "ranges" in servers:
-                ranges = RangeServer({"/bench/model.zckpt": local, "/bench/model.safetensors": st_local})
-
-            def via_ranges():
-                os.environ["AWS_ENDPOINT_URL"] = ranges.url
-                try:
-                    return zckpt.load(url)
-                finally:
-                    os.environ["AWS_ENDPOINT_URL"] = server.url
-
-            want_digests = None
-
-            def runai(endpoint):
-                """Run:ai's streamer in a process of the peers' python: (seconds of the load, names differing)."""
-                env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
-                           AWS_EC2_METADATA_DISABLED="true", RUNAI_STREAMER_OBJ_CONCURRENCY=str(args.connections),
-                           RUNAI_STREAMER_CONCURRENCY=str(args.connections))
-                try:
-                    r = subprocess.run([args.peers_python, os.path.join(HERE, "contenders.py"), "runai",
-                                        "s3://bench/model.safetensors", "--tensor-digests"],
-                                       env=env, capture_output=True, text=True, timeout=600 + args.mib)
-                except subprocess.TimeoutExpired as e:
-                    raise Skipped(f"no result in {e.timeout} s") from None
-                if r.returncode:
-                    raise Skipped(f"exit {r.returncode}: {last_lines(r.stderr)}")
-                out = json.loads(r.stdout.strip().splitlines()[-1])
-                return out["seconds"], differing_digests(out["digests"], want_digests)
-
-            contenders_ = {}  # name -> (run() -> (seconds, names differing), bytes read, RangeServer or None)
-
-            def in_process(fn):
-                def run():
-                    t0 = time.perf_counter()
-                    out = fn()
-                    dt = time.perf_counter() - t0
-                    return dt, differing(out, tensors)
-                return run
-
-            if "moto" in servers:
-                contenders_["s3 (moto)"] = (in_process(s3), size, None)
-            if ranges:
-                contenders_["s3 (range srv)"] = (in_process(via_ranges), size, ranges)
-            contenders_["download+load"] = (in_process(download_then_load), size, None)
-            contenders_["local (warm)"] = (in_process(local_load), size, None)
-            skipped = {}
-            runai_rows = {}
-            if "moto" in servers:
-                runai_rows["runai s3 (moto)"] = (lambda: runai(server.url), st_size, None)
-            if ranges:
-                runai_rows["runai s3 (range srv)"] = (lambda: runai(ranges.url), st_size, ranges)
-            why = runai_unavailable(args.peers_python)
-            if why:
-                skipped.update((k, why) for k in runai_rows)
-            else:
-                want_digests = contenders.tensor_digests(tensors)
-                contenders_.update(runai_rows)
-
-            times = {k: [] for k in contenders_}
-            peaks = {k: 0 for k in contenders_}
-            wrong = {}
-            rng = random.Random(args.seed)
-            for r in range(args.rounds):
-                order = [k for k in contenders_ if k not in skipped and k not in wrong]
-                rng.shuffle(order)
-                for name in order:
-                    run, _, srv = contenders_[name]
-                    if srv:
-                        srv.reset_peak()
-                    try:
-                        dt, bad = run()
-                    except Skipped as e:
-                        skipped[name] = f"round {r + 1}: {e}"
-                        print(f"{name}: skipped: {skipped[name]}", flush=True)
-                        continue
-                    if srv:
-                        peaks[name] = max(peaks[name], srv.peak)
-                    if bad:
-                        wrong[name] = bad
-                        print(f"{name}: WRONG TENSORS in round {r + 1}: {', '.join(bad[:5])}"
-                              f"{' ...' if len(bad) > 5 else ''} ({len(bad)} of {len(tensors)})", flush=True)
-                        continue
-                    times[name].append(dt)
-                print(f"round {r + 1}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in order
-                                                     if k not in skipped and k not in wrong), flush=True)
-
-            ceiling = statistics.median(times["local (warm)"])
-            print(f"\n{'contender':22} {'median s':>9} {'min':>7} {'max':>7} {'MiB/s':>7} {'x local':>8} {'GETs':>5}")
-            for k, (_, nbytes, srv) in contenders_.items():
-                if k in wrong:
-                    print(f"{k:22} WRONG TENSORS: {', '.join(wrong[k][:5])}")
-                    continue
-                if k in skipped or not times[k]:
-                    continue
-                v = times[k]
-                med = statistics.median(v)
-                gets = str(peaks[k]) if srv else "-"
-                print(f"{k:22} {med:9.2f} {min(v):7.2f} {max(v):7.2f} {nbytes / med / 2**20:7.0f} "
-                      f"{med / ceiling:7.2f}x {gets:>5}")
-            for k, why in skipped.items():
-                print(f"{k}: skipped: {why}")
-            print(f"({args.rounds} rounds in a shuffled order; -j {args.connections}; GETs: the peak number of "
-                  "GETs in flight at the range server, '-' where not measured)")
-            if wrong:
-                sys.exit(1)
-    finally:
-        if ranges:
-            ranges.close()
-        server.close()
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "ZCKPT_S3_ADDRESSING"):
+        os.environ.pop(k, None)
+    if args.connections:
+        os.environ["ZCKPT_S3_CONNECTIONS"] = str(args.connections)
+    tensors = model(args.mib)
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        local = os.path.join(d, "model.zckpt")
+        zckpt.save(tensors, local)
+        st_local = os.path.join(d, "model.safetensors")
+        safetensors.torch.save_file(tensors, st_local)
+        print(f"{len(tensors)} tensors; container {os.path.getsize(local) / MiB:.0f} MiB, safetensors "
+              f"{os.path.getsize(st_local) / MiB:.0f} MiB; {os.cpu_count()} CPUs", flush=True)
+        for kind in kinds:
+            try:
+                setup = Setup(kind, args, {"model.zckpt": local, "model.safetensors": st_local})
+            except Skipped as e:
+                print(f"[{kind}] skipped: {e}")
+                continue
+            try:
+                ok &= run_table(setup, args, tensors, local, st_local, d)
+            finally:
+                setup.close()
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

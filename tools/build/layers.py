@@ -20,7 +20,7 @@ SHARED = LOW | {"checkpoint"}
 ALLOWED = {
     "common": set(),
     "remote": BASE,
-    "format": BASE | {"remote"},
+    "format": BASE,  # a store (s3://) reaches it through common/byte_store.h, never by name
     "pickle": BASE,
     "pt": BASE,
     "safetensors": BASE,

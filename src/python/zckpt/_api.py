@@ -154,7 +154,8 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     Storages stream from the container onto their device (map_location as torch.load accepts
     it), each chunk's checksum checked unless verify=False. threads: threads reading and
     checking chunks (default half the hardware threads, 2 to 8, and from s3:// at least
-    ZCKPT_S3_CONNECTIONS, 8; with mmap=True, the threads hashing the mapping); slots and
+    8, each handing its reads to the request pool that keeps up to ZCKPT_S3_CONNECTIONS, 64, GETs
+    in flight; with mmap=True, the threads hashing the mapping); slots and
     slot_bytes: the ring of host buffers they fill (default max(4, threads + 2) slots of
     max(chunk size, 8 MiB)), as `zckpt load --threads --slots --slot-bytes`. The ring is the host memory a load takes beyond its CPU destinations, and on
     a CUDA target the device memory beyond the tensors.

@@ -92,7 +92,7 @@ class ZckptStorageWriter(StorageWriter):
     the same way by the coordinator, so a folder with `.metadata` is a whole checkpoint.
 
     `path` may be an object folder, s3://BUCKET/PREFIX: each rank's container is uploaded by the
-    C++ writer as it is written (multipart past ZCKPT_S3_PART_MB), and `.metadata` is one PUT
+    C++ writer as it is written (multipart past its first 5 MiB part), and `.metadata` is one PUT
     after every container is complete, so there too a folder with `.metadata` is whole."""
 
     def __init__(self, path, *, chunk_bytes=0, zstd_level=0, threads=0, overwrite=True):
