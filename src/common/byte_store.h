@@ -2,7 +2,7 @@
 // next: GCS's JSON API, Azure Blob, WebHDFS): a store claims the URLs of its scheme and opens
 // them for reading (a ByteSource) or writing (a ByteSink). The format asks this table for the
 // path it is given and knows no store; a store registers itself when its library is loaded
-// (src/remote/s3_store.cc), so a new one is added without touching the format.
+// (src/remote/s3_object.cc), so a new one is added without touching the format.
 #pragma once
 
 #include <cstddef>
