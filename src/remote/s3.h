@@ -43,6 +43,10 @@ struct S3Config {
   unsigned connections = 64;
   uint64_t get_bytes = 4 << 20;  // a read is split into ranged GETs of about this (ZCKPT_S3_GET_MB)
   unsigned uploads = 24;         // parts of one upload in flight at most (ZCKPT_S3_UPLOADS)
+  // An upload's parts start at this (ZCKPT_S3_PART_MB; at least 5 MiB, S3's least): small, since
+  // its last parts finish one by one at a connection's speed (s3_writer.cc doubles it every
+  // 2000 parts, for S3's 10000).
+  uint64_t part_bytes = 5 << 20;
   // A writer that committed aborts the unfinished multipart uploads of its key begun at least
   // this long ago: those of writers killed before they could abort their own (6 h: longer
   // than any live upload; S3 keeps and bills their parts until aborted).
@@ -56,7 +60,7 @@ struct S3Config {
 // profile's region in ~/.aws/config, AWS_CONFIG_FILE), AWS_PROFILE (default "default").
 // zckpt's own: ZCKPT_S3_ADDRESSING=path|virtual, ZCKPT_S3_ATTEMPTS, ZCKPT_S3_BACKOFF (seconds),
 // ZCKPT_S3_TIMEOUT (seconds without progress), ZCKPT_S3_CONNECTIONS, ZCKPT_S3_GET_MB,
-// ZCKPT_S3_UPLOADS, ZCKPT_S3_STALE_UPLOAD_S.
+// ZCKPT_S3_UPLOADS, ZCKPT_S3_PART_MB, ZCKPT_S3_STALE_UPLOAD_S.
 S3Config LoadS3Config();
 
 // "s3://bucket/prefix" taken as a folder: {bucket, "prefix/"} (a '/' added where missing;
@@ -86,6 +90,11 @@ bool ObjectExists(const std::string& url);
 // with If-Match on that ETag, retried with backoff on 5xx/429, resets, stalls and short bodies.
 // A replaced object is Error(kIo) saying so. Errors name the URL and the byte range.
 std::unique_ptr<ByteSource> OpenObject(const std::string& url);
+
+// The size of an upload's part `number` (2 and on; part 1 is 5 MiB, held to Commit): `base`
+// (S3Config::part_bytes, at least S3's 5 MiB) doubled every 2000 parts, so 10000 parts, S3's
+// most, hold 310 GiB at the 5 MiB default.
+uint64_t UploadPartBytes(uint64_t base, int number);
 
 // Writes an object with a multipart upload: parts are sent as they fill (several at once); the
 // object appears only at Commit (CompleteMultipartUpload). Destroyed or aborted before Commit,

@@ -106,6 +106,7 @@ S3Config LoadS3Config() {
   c.connections = std::max(1u, Number<unsigned>("ZCKPT_S3_CONNECTIONS", c.connections));
   c.get_bytes = static_cast<uint64_t>(std::max(0.0625, Number<double>("ZCKPT_S3_GET_MB", static_cast<double>(c.get_bytes) / (1 << 20))) * (1 << 20));
   c.uploads = std::max(1u, Number<unsigned>("ZCKPT_S3_UPLOADS", c.uploads));
+  c.part_bytes = std::max<uint64_t>(5, Number<uint64_t>("ZCKPT_S3_PART_MB", c.part_bytes >> 20)) << 20;
   c.stale_upload_s = std::max(0L, Number<long>("ZCKPT_S3_STALE_UPLOAD_S", c.stale_upload_s));
   return c;
 }

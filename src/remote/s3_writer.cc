@@ -1,11 +1,14 @@
 // ObjectWriter: a multipart upload. The first part (5 MiB) stays in memory until Commit (so
 // the bytes at its start can still be rewritten: a container's superblock); later parts are
 // uploaded as they fill, S3Config::uploads at once on the request pool (s3_pool.h). An object
-// that fits in the first part is one PUT at Commit.
+// that fits in the first part is one PUT at Commit. The upload's last parts finish one by one
+// at a connection's speed, so parts are small (the tail is short) and grow only where S3's
+// 10000 parts would not hold the object otherwise (UploadPartBytes).
 #include <curl/curl.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -25,12 +28,9 @@ namespace {
 
 // S3 wants parts of at least this (all but the last), and at most 10000 of them.
 constexpr uint64_t kMinPartBytes = 5 << 20;
-
-uint64_t PartBytes() {
-  const char* v = std::getenv("ZCKPT_S3_PART_MB");
-  uint64_t mb = v ? std::strtoull(v, nullptr, 10) : 8;
-  return std::max<uint64_t>(mb << 20, kMinPartBytes);
-}
+// Parts of one size before the size doubles: with S3Config::part_bytes 5 MiB, the first 10 GiB
+// go in 5 MiB parts, the next 20 GiB in 10 MiB, ...
+constexpr int kPartsPerSize = 2000;
 
 // "2026-12-02T06:10:00.000Z" (S3's Initiated) as seconds since the epoch; -1 if unreadable.
 long long IsoSeconds(const std::string& s) {
@@ -45,12 +45,16 @@ long long IsoSeconds(const std::string& s) {
 
 }  // namespace
 
+uint64_t UploadPartBytes(uint64_t base, int number) {
+  return std::max(base, kMinPartBytes) << std::min(std::max(number - 2, 0) / kPartsPerSize, 16);
+}
+
 struct ObjectWriter::Impl {
   // The first part is the smallest S3 takes: it is held until Commit and then sent alone while
   // the last parts finish, so its size is the upload's tail.
   Impl(const std::string& u)
-      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(PartBytes()),
-        first_bytes(std::min(part_bytes, kMinPartBytes)) {
+      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(UploadPartBytes(client.config().part_bytes, 2)),
+        first_bytes(kMinPartBytes) {
     first.reserve(first_bytes);
   }
 
@@ -113,6 +117,7 @@ struct ObjectWriter::Impl {
     int number = next_part++;
     Reap(client.config().uploads - 1);
     Send(number, std::make_shared<const std::vector<uint8_t>>(std::move(bytes)));
+    part_bytes = UploadPartBytes(client.config().part_bytes, next_part);
   }
 
   void Write(const uint8_t* p, size_t n) {
@@ -127,6 +132,24 @@ struct ObjectWriter::Impl {
         QueuePart(std::move(current));
         current = {};
         current.reserve(part_bytes);
+      }
+    }
+  }
+
+  // Commits, then aborts what SweepStaleUploads finds: its listing runs beside the last parts
+  // (it asks only for uploads begun stale_upload_s ago, never this one), not after them.
+  void CommitAndSweep() {
+    std::future<std::vector<std::string>> stale = std::async(std::launch::async, [this] { return StaleUploads(); });
+    try {
+      Commit();
+    } catch (...) {
+      stale.wait();
+      throw;
+    }
+    for (const std::string& id : stale.get()) {
+      try {
+        AbortUpload(id);
+      } catch (...) {  // best effort: the object is already committed
       }
     }
   }
@@ -168,15 +191,16 @@ struct ObjectWriter::Impl {
   // The unfinished uploads of this key that a killed writer left (only a live process can
   // abort its own), begun stale_upload_s or more ago, aborted by the next writer to commit:
   // what the sweep of stale temporaries does for a local folder. Best effort (the object is
-  // already committed): a failure here is silent.
-  void SweepStaleUploads() noexcept {
+  // already committed): a failure here is silent, an empty list.
+  std::vector<std::string> StaleUploads() const noexcept {
+    std::vector<std::string> ids;
     try {
       Request list;
       list.bucket = loc.bucket;
       list.query = "prefix=" + PercentEncode(loc.key, false) + "&uploads=";
       list.max_body = 16u << 20;
       Response resp = client.PerformRetrying(list, {});
-      if (!Ok(resp)) return;
+      if (!Ok(resp)) return ids;
       const long long now = static_cast<long long>(std::time(nullptr));
       for (size_t at = resp.body.find("<Upload>"); at != std::string::npos; at = resp.body.find("<Upload>", at + 1)) {
         std::string one = resp.body.substr(at, resp.body.find("</Upload>", at) - at);
@@ -185,10 +209,11 @@ struct ObjectWriter::Impl {
         if (XmlUnescape(XmlValue(one, "Key")) != loc.key || id.empty() || began < 0 ||
             now - began < client.config().stale_upload_s)
           continue;
-        AbortUpload(id);
+        ids.push_back(id);
       }
     } catch (...) {
     }
+    return ids;
   }
 
   void Abort() noexcept {
@@ -256,12 +281,11 @@ uint64_t ObjectWriter::position() const { return impl_->position; }
 
 void ObjectWriter::Commit() {
   try {
-    impl_->Commit();
+    impl_->CommitAndSweep();
   } catch (...) {
     impl_->Abort();
     throw;
   }
-  impl_->SweepStaleUploads();
 }
 
 void ObjectWriter::Abort() { impl_->Abort(); }

@@ -88,5 +88,22 @@ TEST(ObjectUrl, Parse) {
   EXPECT_THROW(ParseObjectUrl("s3:///key"), Error);
 }
 
+// Parts stay small (the upload's tail is its last parts at one connection's speed) until S3's
+// 10000 parts would not hold the object; a base under S3's 5 MiB least is raised to it.
+TEST(UploadParts, SmallThenDoubledSoTenThousandHoldALargeObject) {
+  constexpr uint64_t MiB = 1 << 20;
+  EXPECT_EQ(UploadPartBytes(5 * MiB, 2), 5 * MiB);
+  EXPECT_EQ(UploadPartBytes(5 * MiB, 2001), 5 * MiB);
+  EXPECT_EQ(UploadPartBytes(5 * MiB, 2002), 10 * MiB);
+  EXPECT_EQ(UploadPartBytes(1 * MiB, 2), 5 * MiB);
+  EXPECT_EQ(UploadPartBytes(8 * MiB, 2), 8 * MiB);
+  uint64_t held = 5 * MiB;  // part 1
+  for (int n = 2; n <= 10000; ++n) {
+    EXPECT_LE(UploadPartBytes(5 * MiB, n), 5ull << 30) << "part " << n << " over S3's 5 GiB";
+    held += UploadPartBytes(5 * MiB, n);
+  }
+  EXPECT_GE(held, 300ull << 30);
+}
+
 }  // namespace
 }  // namespace zckpt::remote

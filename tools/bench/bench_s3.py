@@ -20,6 +20,9 @@ them uploaded). Each round runs every contender once, in a shuffled order:
 - zckpt.load:          zckpt.load("s3://bench/model.zckpt"), in this process;
 - zckpt.iter_tensors:  dict(zckpt.iter_tensors("s3://bench/model.zckpt")): each tensor streamed
   into a fresh tensor, one after another (what vLLM's load_format="zckpt" iterates), in this process;
+- iter_tensors (dropped): the same stream, each tensor's digest taken and the tensor dropped (its
+  time includes the blake2b of every byte): its "+RSS MiB" is what streaming itself holds (the
+  read-ahead and the tensor at hand), which must not grow with the object;
 - runai streamer:      Run:ai's SafetensorsStreamer (runai-model-streamer and -s3 0.17.1, the
   peers virtualenv of tools/bench/setup-peers.sh) streaming s3://bench/model.safetensors into CPU
   tensors, as `contenders.py runai URL --tensor-digests` in a process of the peers' python, one
@@ -35,7 +38,8 @@ them uploaded). Each round runs every contender once, in a shuffled order:
   s3://bench/uploaded.zckpt (boto3's defaults: 8 MiB parts, 10 threads, CRC32 checksums).
 -j N sets every contender's parallelism: ZCKPT_S3_CONNECTIONS, Run:ai's
 RUNAI_STREAMER_OBJ_CONCURRENCY (and RUNAI_STREAMER_CONCURRENCY) and boto3's max_concurrency;
-without it each runs with its own defaults (zckpt's: 8 connections), as a user would.
+without it each runs with its own defaults (zckpt's: a request pool starting at 16 in flight and
+growing while throughput grows, to at most 64), as a user would. --only NAME,... runs those rows alone.
 
 The floor (shaped only) is a row of its own, computed, not run: the container's size over the
 link, plus one TTFB. "% floor" is each row's floor (its own object's size over the link plus
@@ -228,6 +232,10 @@ def run_table(setup, args, tensors, local, st_local, d):
     def zckpt_iter():
         return dict(zckpt.iter_tensors("s3://bench/model.zckpt"))
 
+    def zckpt_iter_dropped():
+        return {name: contenders.tensor_digests({name: t})[name]
+                for name, t in zckpt.iter_tensors("s3://bench/model.zckpt")}
+
     def boto3_load():
         client.download_file("bench", "model.safetensors", fetched, Config=tconfig)
         return safetensors.torch.load_file(fetched)
@@ -275,13 +283,20 @@ def run_table(setup, args, tensors, local, st_local, d):
     rows = {
         "zckpt.load": (in_process(zckpt_load, same), size, "load"),
         "zckpt.iter_tensors": (in_process(zckpt_iter, same), size, "load"),
+        "iter_tensors (dropped)": (in_process(zckpt_iter_dropped, lambda got: differing_digests(got, want_digests)),
+                                  size, "load"),
         "runai streamer": (runai, st_size, "load"),
         "boto3 download+load": (in_process(boto3_load, same), st_size, "load"),
         "local (warm)": (in_process(lambda: zckpt.load(local), same), size, "local"),
         "zckpt.save": (in_process(zckpt_save, check_saved), size, "save"),
         "boto3 upload_file": (in_process(boto3_upload, check_uploaded), size, "save"),
     }
-    why = runai_unavailable(args.peers_python)
+    if args.only:
+        unknown = set(args.only) - set(rows)
+        if unknown:
+            raise SystemExit(f"--only: no row {', '.join(sorted(unknown))} (rows: {', '.join(rows)})")
+        rows = {k: v for k, v in rows.items() if k in args.only}
+    why = runai_unavailable(args.peers_python) if "runai streamer" in rows else None
     if why:
         skipped["runai streamer"] = why
     times = {k: [] for k in rows}
@@ -362,6 +377,8 @@ def main():
     ap.add_argument("--link-mibs", type=float, default=320, help="shaped: MiB/s all connections together")
     ap.add_argument("--peers-python", default=os.path.expanduser("~/.cache/zckpt/peers-venv/bin/python"),
                     help="the python of the peers virtualenv (tools/bench/setup-peers.sh), for Run:ai's rows")
+    ap.add_argument("--only", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+                    help="comma-separated row names to run (default: every row)")
     args = ap.parse_args()
     kinds = ["unshaped" if k == "ranges" else k for k in args.server.split(",")]
     if any(k not in ("shaped", "unshaped", "moto") for k in kinds):
