@@ -164,7 +164,12 @@ def test_vllm_loader_reads_an_object_folder_opening_each_file_once(s3env, proxy,
     loader = vllm_plugin._loader_class(_StandInBase)(SimpleNamespace(model_loader_extra_config={}))
     config = SimpleNamespace(model=url, model_weights="", quantization=None)
     model = _StandInModel()
+    proxy.reset()
     loader.load_weights(model, config)  # mmap's default is off for an object (it cannot be mapped)
+    # One question, one request: a HEAD (is the URL an object?), one listing of the folder.
+    assert [p for m, p, _ in proxy.log if m == "HEAD"] == [f"/{BUCKET}/{ODD}/vllm".replace(" ", "%20").replace(
+        "&", "%26")], proxy.log
+    assert len([p for m, p, _ in proxy.log if m == "GET" and "list-type=2" in p]) == 1, proxy.log
     assert sorted(model.weights) == sorted(w)
     for n, t in w.items():
         assert torch.equal(model.weights[n], t), n

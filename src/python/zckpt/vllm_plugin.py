@@ -48,7 +48,9 @@ def _checkpoint_path(model_config):
     from . import _paths
 
     path = getattr(model_config, "model_weights", "") or model_config.model
-    if not _paths.exists(path):
+    # An object is not looked up here: container_files asks the storage once (a HEAD, a listing),
+    # and opening a container that is not there says so.
+    if not _paths.is_url(path) and not _paths.exists(path):
         raise ValueError(f"load format 'zckpt' reads a folder converted by `zckpt convert` or a .zckpt "
                          f"container (local or s3://); {path!r} is neither (convert a Hugging Face folder with "
                          f"`zckpt convert HF_DIR -o OUT/`)")
