@@ -11,7 +11,7 @@
 #   ZCKPT_VLLM_VENV   the virtualenv (default ~/.cache/zckpt/venv-vllm)
 #   ZCKPT_VLLM_DEPS_ONLY=1   torch and vLLM only, not zckpt
 #   ZCKPT_VLLM_PEERS=1   also the other load formats' packages, for tools/bench/bench_vllm.py
-#                    (fastsafetensors, runai-model-streamer, tensorizer, instanttensor)
+#                    (fastsafetensors, runai-model-streamer with its S3 package, tensorizer, instanttensor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,7 +60,7 @@ PYEOF
 fi
 
 if [ "${ZCKPT_VLLM_PEERS:-0}" = 1 ]; then
-  "${PIP[@]}" fastsafetensors runai-model-streamer tensorizer instanttensor -c "$VENV/constraints.txt"
+  "${PIP[@]}" fastsafetensors "runai-model-streamer[s3]" tensorizer instanttensor -c "$VENV/constraints.txt"
 fi
 
 if [ "${ZCKPT_VLLM_DEPS_ONLY:-0}" != 1 ]; then

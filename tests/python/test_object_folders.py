@@ -164,7 +164,12 @@ def test_vllm_loader_reads_an_object_folder_opening_each_file_once(s3env, proxy,
     loader = vllm_plugin._loader_class(_StandInBase)(SimpleNamespace(model_loader_extra_config={}))
     config = SimpleNamespace(model=url, model_weights="", quantization=None)
     model = _StandInModel()
+    proxy.reset()
     loader.load_weights(model, config)  # mmap's default is off for an object (it cannot be mapped)
+    # One question, one request: a HEAD (is the URL an object?), one listing of the folder.
+    assert [p for m, p, _ in proxy.log if m == "HEAD"] == [f"/{BUCKET}/{ODD}/vllm".replace(" ", "%20").replace(
+        "&", "%26")], proxy.log
+    assert len([p for m, p, _ in proxy.log if m == "GET" and "list-type=2" in p]) == 1, proxy.log
     assert sorted(model.weights) == sorted(w)
     for n, t in w.items():
         assert torch.equal(model.weights[n], t), n
@@ -185,6 +190,43 @@ def test_vllm_loader_reads_an_object_folder_opening_each_file_once(s3env, proxy,
     with pytest.raises(ValueError, match="cannot update the serving weights"):
         loader.get_all_weights(SimpleNamespace(model=url, model_weights=f"s3://{BUCKET}/{ODD}/vllm-other/",
                                                quantization=None), model)
+
+
+def test_vllm_pull_of_the_side_files_leaves_the_containers(s3env, proxy, converted, tmp_path, monkeypatch):
+    """vLLM's pull of an s3:// model's config and tokenizer files (ObjectStorageModel.pull_files)
+    through the plugin's hook: *.zckpt left out with the other weight files; with Run:ai's S3
+    package, Run:ai's pull; without, zckpt's own: one listing and one GET a file."""
+    from types import SimpleNamespace
+
+    from zckpt import vllm_plugin
+
+    out, _ = converted
+    url = f"s3://{BUCKET}/{ODD}/vllm-pull"
+    names = upload(out, url)
+    _C.write_object(f"{url}/sub/tokenizer.model", b"tok")
+    weights = ["*.pt", "*.safetensors", "*.bin", "*.tensors", "*.pth"]  # vLLM's ignore_pattern
+    runai = []
+    pull = vllm_plugin._pull_files_hook(lambda *a: runai.append(a))
+    monkeypatch.setattr(vllm_plugin, "_runai_s3_installed", lambda: True)
+    pull(SimpleNamespace(dir="d"), url, None, weights)
+    assert runai == [(SimpleNamespace(dir="d"), url, None, weights + ["*.zckpt"])]
+    monkeypatch.setattr(vllm_plugin, "_runai_s3_installed", lambda: False)
+    for allow, ignore, want in ((["*.model", "*.py", "*.json"], None,
+                                 sorted([n for n in names if n.endswith(".json")] + ["sub/tokenizer.model"])),
+                                (None, weights, sorted([n for n in names if not n.endswith(".zckpt")] +
+                                                       ["sub/tokenizer.model"]))):
+        dst = tmp_path / f"pulled-{len(os.listdir(tmp_path))}"
+        proxy.reset()
+        pull(SimpleNamespace(dir=str(dst)), url, allow, ignore)
+        got = sorted(os.path.relpath(os.path.join(r, f), dst) for r, _, fs in os.walk(dst) for f in fs)
+        assert got == want, got
+        for n in got:
+            if n in names:
+                assert (dst / n).read_bytes() == _paths.read_bytes(os.path.join(out, n)), n
+        methods = [m for m, p, _ in proxy.log]
+        assert methods.count("HEAD") == 0 and len([p for m, p, _ in proxy.log if "list-type=2" in p]) == 1, proxy.log
+        assert len([p for m, p, _ in proxy.log if ".zckpt" in p and "list-type" not in p
+                    and not p.endswith(".json")]) == 0, proxy.log
 
 
 # --- torch.distributed.checkpoint ------------------------------------------------------------------

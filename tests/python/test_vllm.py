@@ -106,6 +106,39 @@ def test_generates_what_the_default_loader_generates(vllm_python, models):
     assert other["tokens"] != ref["tokens"]  # the comparison can fail: the weights decide the output
 
 
+def test_generates_from_an_object_folder(vllm_python, models, tmp_path, monkeypatch):
+    """LLM(model="s3://...", load_format="zckpt"): vLLM pulls the config files (Run:ai's pull when
+    its package is there, else zckpt's), never the containers; zckpt finds them with one HEAD and
+    one listing and streams them. On the shaping server, unshaped, in this process."""
+    import s3_server
+
+    hf, conv = models["a"]
+    server = s3_server.shaping_server.ShapingServer()
+    log = []
+    server.before = lambda method, bucket, key, headers: log.append((method, key, headers.get("Range")))
+    try:
+        server.make_bucket("models")
+        for name in os.listdir(conv):
+            server.serve_file("models", f"llama/{name}", os.path.join(conv, name))
+        s3_server.point_zckpt_at(monkeypatch, server.url, ZCKPT_S3_TIMEOUT="30", AWS_EC2_METADATA_DISABLED="true",
+                                 RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
+                                 VLLM_ASSETS_CACHE=str(tmp_path / "assets"))
+        got = _case(vllm_python, "generate", "s3://models/llama", "zckpt")
+        ops = server.stats()["requests"]
+    finally:
+        server.close()
+    assert "error" not in got, got
+    assert got["tokens"] == _case(vllm_python, "generate", hf, "auto")["tokens"]
+    pulled = [f for _, _, files in os.walk(tmp_path / "assets") for f in files]
+    assert "config.json" in pulled and not [f for f in pulled if f.endswith(".zckpt")], pulled
+    containers = [(m, k, r) for m, k, r in log if k.endswith(".zckpt")]
+    assert containers and all(m == "GET" and r for m, k, r in containers), containers  # ranged GETs only
+    # One HEAD (is s3://models/llama an object?) and one listing by zckpt; one listing each for
+    # vLLM's two pulls of the side files.
+    assert [k for m, k, _ in log if m == "HEAD" and (k == "llama" or k.endswith(".zckpt"))] == ["llama"], log
+    assert ops.get("ListObjectsV2") == 3, ops
+
+
 def test_corrupt_chunk_stops_startup(vllm_python, models, tmp_path):
     bad = tmp_path / "bad"
     file, tensor = _corrupt_copy(models["a"][1], bad)

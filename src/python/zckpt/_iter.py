@@ -16,13 +16,23 @@ def container_files(path):
     """The containers of `path` in load order: a container alone; a folder written by
     `zckpt convert` from a sharded checkpoint: the shards its *.zckpt.index.json names, in the
     order of their names (HF's -0000K-of-0000N.); any other folder: its *.zckpt files, sorted.
-    A folder may be an object folder, s3://BUCKET/PREFIX/ (one listing).
+    A folder may be an object folder, s3://BUCKET/PREFIX/ (one listing; s3://BUCKET/PREFIX, no
+    slash: one HEAD first, as an object of that name is a container, then that listing).
     Raises ZckptError when a folder holds none, or its index names a shard that is not there."""
     path = _path(path)
-    if not _paths.isdir(path):
+    present = None
+    if _paths.is_url(path):
+        # One request a question: is there an object of that name (a HEAD, not asked of a folder
+        # URL), what is below the prefix (one listing: the folder test and its names at once).
+        folder_url = path.endswith("/") or "/" not in path[len(_paths.SCHEME):]  # .../ or s3://BUCKET
+        if not folder_url and _C.object_exists(path):
+            return [path]
+        below = _paths.files_under(path)
+        if not below and not folder_url:
+            return [path]  # neither: opening it says so
+        present = {n for n in below if "/" not in n}  # its direct objects, not a HEAD per name
+    elif not os.path.isdir(path):
         return [path]
-    # An object folder: one listing (its direct objects), not a HEAD per name.
-    present = {n for n in _paths.files_under(path) if "/" not in n} if _paths.is_url(path) else None
 
     def isfile(name):
         return name in present if present is not None else os.path.isfile(_paths.join(path, name))

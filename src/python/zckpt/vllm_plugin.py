@@ -7,8 +7,12 @@ metadata): `register()` runs in every vLLM process, is idempotent, and does noth
 not installed. Weights come from zckpt.iter_tensors: streamed one tensor at a time, every chunk
 checked; a corrupt chunk stops start-up with CorruptError naming file, tensor and byte range.
 
-DIR may also be an object folder, s3://BUCKET/PREFIX/ (as `model_weights`, with `model` a
-local folder holding the config), read with ranged GETs.
+DIR may also be an object folder, `LLM(model="s3://BUCKET/PREFIX", load_format="zckpt")`: vLLM
+pulls its config and tokenizer files into a local folder (with Run:ai's streamer when installed,
+else here with zckpt's S3 client; never the containers) and the weights are streamed from the
+containers with ranged GETs (one HEAD and one listing find them; see _hook_object_storage for
+what this changes in vLLM). Or `model` a local folder holding the config and `model_weights`
+the object folder.
 
 Weight reload (the RL update path): `llm.collective_rpc("reload_weights", kwargs={"weights_path":
 NEW_DIR_OR_CONTAINER})` re-enters `get_all_weights`, which, before it returns an iterator (so
@@ -41,14 +45,108 @@ def register():
         return registered
     cls = _loader_class(model_loader.BaseModelLoader)
     model_loader.register_model_loader("zckpt")(cls)
+    _hook_object_storage()
     return cls
+
+
+def _hook_object_storage():
+    """`LLM(model="s3://BUCKET/PREFIX", load_format="zckpt")` in vLLM 0.32, which reads an
+    object-storage model in two steps that know only Run:ai's streamer. ModelConfig pulls the
+    folder's small files into a local folder (`model` then names it, `model_weights` the URL)
+    with Run:ai's pull_files, twice: *.json, *.model, *.py, then, for the tokenizer, every file
+    but *.safetensors, *.bin, *.pt, *.pth, *.tensors: *.zckpt containers would be downloaded
+    whole before the load streams them. VllmConfig then refuses an object `model_weights` to
+    every load format but runai_streamer(_sharded) and modelexpress. Here (idempotent, each hook
+    marked): *.zckpt is one more weight file the pull leaves out; without Run:ai's S3 package
+    the pull is done with zckpt's own S3 client (one listing, one GET a file); the check lets
+    load format zckpt through (it reads `model_weights` itself)."""
+    try:
+        from vllm.config import vllm as vllm_config
+        from vllm.transformers_utils import runai_utils
+    except ImportError:  # another vLLM layout: nothing to hook
+        return
+    storage = getattr(runai_utils, "ObjectStorageModel", None)
+    if storage is not None and not getattr(storage.pull_files, "zckpt_plugin", False):
+        storage.pull_files = _pull_files_hook(storage.pull_files)
+    config = getattr(vllm_config, "VllmConfig", None)
+    check = getattr(config, "try_verify_and_update_config", None)
+    if check is not None and not getattr(check, "zckpt_plugin", False):
+        config.try_verify_and_update_config = _verify_hook(check)
+
+
+def _runai_s3_installed():
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("runai_model_streamer", "runai_model_streamer_s3"))
+
+
+def _pull_files_hook(original):
+    from . import _paths
+
+    def pull_files(self, model_path="", allow_pattern=None, ignore_pattern=None):
+        if ignore_pattern is not None and "*.zckpt" not in ignore_pattern:
+            ignore_pattern = [*ignore_pattern, "*.zckpt"]
+        if _paths.is_url(model_path) and not _runai_s3_installed():
+            return pull_object_folder(model_path, self.dir, allow_pattern, ignore_pattern)
+        return original(self, model_path, allow_pattern, ignore_pattern)
+
+    pull_files.zckpt_plugin = True
+    return pull_files
+
+
+def _verify_hook(original):
+    from . import _paths
+
+    def try_verify_and_update_config(self):
+        model = self.model_config
+        weights = getattr(model, "model_weights", "") if model is not None else ""
+        if str(self.load_config.load_format) != "zckpt" or not _paths.is_url(weights):
+            return original(self)
+        model.model_weights = ""  # what vLLM checks there: not its object-storage loaders' model
+        try:
+            return original(self)
+        finally:
+            model.model_weights = weights
+
+    try_verify_and_update_config.zckpt_plugin = True
+    return try_verify_and_update_config
+
+
+def pull_object_folder(url, dst, allow_pattern=None, ignore_pattern=None):
+    """Run:ai's pull_files with zckpt's S3 client: every object below the folder `url` (any
+    depth) whose key matches one of `allow_pattern` (all when None) and none of `ignore_pattern`
+    (fnmatch on the whole key, as Run:ai's), written under `dst` by its name below `url`.
+    One listing, then one GET a file. Returns the names."""
+    import fnmatch
+    import os
+
+    from . import _paths
+
+    prefix = url.rstrip("/")[len(_paths.SCHEME):].partition("/")[2]
+    root = os.path.realpath(dst)
+    names = []
+    for name in sorted(_paths.files_under(url)):
+        key = f"{prefix}/{name}" if prefix else name
+        if name.endswith("/") or (allow_pattern is not None and not any(fnmatch.fnmatch(key, p) for p in allow_pattern)):
+            continue
+        if ignore_pattern is not None and any(fnmatch.fnmatch(key, p) for p in ignore_pattern):
+            continue
+        out = os.path.realpath(os.path.join(root, name))
+        if os.path.commonpath([root, out]) != root:
+            raise ValueError(f"{url}: refusing to write {name!r} outside {dst}")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        _paths.write_atomically(out, _paths.read_bytes(_paths.join(url, name)))
+        names.append(name)
+    return names
 
 
 def _checkpoint_path(model_config):
     from . import _paths
 
     path = getattr(model_config, "model_weights", "") or model_config.model
-    if not _paths.exists(path):
+    # An object is not looked up here: container_files asks the storage once (a HEAD, a listing),
+    # and opening a container that is not there says so.
+    if not _paths.is_url(path) and not _paths.exists(path):
         raise ValueError(f"load format 'zckpt' reads a folder converted by `zckpt convert` or a .zckpt "
                          f"container (local or s3://); {path!r} is neither (convert a Hugging Face folder with "
                          f"`zckpt convert HF_DIR -o OUT/`)")
