@@ -121,11 +121,15 @@ class Prefetched {
       ahead_ += size;
       part->ahead = true;
     }
-    auto run = [part, fill = std::move(fill)] {
+    // The task holds the part by address, not by shared_ptr: the part holds the task's future,
+    // whose shared state keeps the task, and a shared_ptr there would keep the part (and its
+    // bytes) alive forever. The part outlives its task: it is freed only after its future is
+    // ready (Serve waits before Remove; the destructor waits for every part).
+    auto run = [p = part.get(), fill = std::move(fill)] {
       try {
-        fill(part->bytes);
+        fill(p->bytes);
       } catch (...) {
-        part->failed = true;
+        p->failed = true;
       }
     };
     // In the background on a thread of its own, not a pool worker: `fill` waits for the pool's
