@@ -44,8 +44,8 @@ struct S3Config {
   uint64_t get_bytes = 4 << 20;  // a read is split into ranged GETs of about this (ZCKPT_S3_GET_MB)
   unsigned uploads = 24;         // parts of one upload in flight at most (ZCKPT_S3_UPLOADS)
   // An upload's parts start at this (ZCKPT_S3_PART_MB; at least 5 MiB, S3's least): small, since
-  // its last parts finish one by one at a connection's speed (s3_writer.cc doubles it every
-  // 2000 parts, for S3's 10000).
+  // the parts in flight are held in memory and the last ones finish one by one at a connection's
+  // speed (s3_writer.cc doubles it every 2000 parts, for S3's 10000).
   uint64_t part_bytes = 5 << 20;
   // A writer that committed aborts the unfinished multipart uploads of its key begun at least
   // this long ago: those of writers killed before they could abort their own (6 h: longer
