@@ -177,6 +177,19 @@ class SpanChecker {
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL and nothing changes
 #endif
 
+// Whether every page of [addr, addr + len) (rounded out to whole pages) is resident: in memory
+// for anonymous memory, in the page cache for a file's mapping. mincore reads the page tables
+// and touches no page. nullopt where it cannot say (mincore failed).
+std::optional<bool> AllPagesResident(const void* addr, uint64_t len) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) / page * page;
+  uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + page - 1) / page * page;
+  thread_local std::vector<unsigned char> resident;
+  resident.resize((end - begin) / page);
+  if (mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) != 0) return std::nullopt;
+  return std::all_of(resident.begin(), resident.end(), [](unsigned char v) { return (v & 1) != 0; });
+}
+
 // Fresh destination memory costs a page fault per 4 KiB when the read first writes it: the
 // range is populated in one call first (src/loader/README.md has what it measured). Memory that
 // is already there (an in-place load's tensors) is not: populating walks and pins every page
@@ -184,14 +197,10 @@ class SpanChecker {
 // 1 ms that nothing needs it. Rounding out to whole pages is safe: those pages are mapped (they
 // hold dst's first and last bytes), and populating changes no byte.
 void PopulateForWrite(uint8_t* dst, uint64_t len) {
+  if (AllPagesResident(dst, len).value_or(false)) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(dst) / page * page;
   uintptr_t end = (reinterpret_cast<uintptr_t>(dst) + len + page - 1) / page * page;
-  thread_local std::vector<unsigned char> resident;
-  resident.resize((end - begin) / page);
-  if (mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) == 0 &&
-      std::all_of(resident.begin(), resident.end(), [](unsigned char v) { return (v & 1) != 0; }))
-    return;
   (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 }
 
@@ -315,17 +324,8 @@ void ChunkReader::ReadIntoDestinations(const Batch& b, const Destinations& d) co
 }
 
 bool ChunkReader::Resident(uint64_t offset, uint64_t len) const {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t first = offset / page * page;
-  uint64_t pages = (offset + len - first + page - 1) / page;
-  thread_local std::vector<unsigned char> vec;
-  vec.resize(pages);
-  // The container's mapping of the file: mincore reads the page tables' view of the page cache
-  // and touches no page.
-  if (mincore(const_cast<uint8_t*>(ContainerFile::Data(c_)) + first, pages * page, vec.data()) != 0) return true;  // unknown: buffered
-  for (unsigned char v : vec)
-    if ((v & 1) == 0) return false;
-  return true;
+  // The container's mapping of the file shows the page cache; unknown: read buffered.
+  return AllPagesResident(ContainerFile::Data(c_) + offset, len).value_or(true);
 }
 
 uint64_t ChunkReader::UncachedLength(const DestinationSpan& s, uint64_t at, uint64_t window) const {
