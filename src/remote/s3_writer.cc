@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -136,7 +135,7 @@ struct ObjectWriter::Impl {
     }
   }
 
-  // Commits, then aborts what SweepStaleUploads finds: its listing runs beside the last parts
+  // Commits, then aborts what StaleUploads finds: its listing runs beside the last parts
   // (it asks only for uploads begun stale_upload_s ago, never this one), not after them.
   void CommitAndSweep() {
     std::future<std::vector<std::string>> stale = std::async(std::launch::async, [this] { return StaleUploads(); });
