@@ -52,8 +52,7 @@ struct ObjectWriter::Impl {
   // The first part is the smallest S3 takes: it is held until Commit and then sent alone while
   // the last parts finish, so its size is the upload's tail.
   Impl(const std::string& u)
-      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), part_bytes(UploadPartBytes(client.config().part_bytes, 2)),
-        first_bytes(kMinPartBytes) {
+      : url(u), loc(ParseObjectUrl(u)), client(LoadS3Config()), first_bytes(kMinPartBytes) {
     first.reserve(first_bytes);
   }
 
@@ -116,12 +115,15 @@ struct ObjectWriter::Impl {
     int number = next_part++;
     Reap(client.config().uploads - 1);
     Send(number, std::make_shared<const std::vector<uint8_t>>(std::move(bytes)));
-    part_bytes = UploadPartBytes(client.config().part_bytes, next_part);
   }
+
+  // The size of the part `current` fills (part next_part).
+  uint64_t NextPartBytes() const { return UploadPartBytes(client.config().part_bytes, next_part); }
 
   void Write(const uint8_t* p, size_t n) {
     while (n > 0) {
       std::vector<uint8_t>& into = first.size() < first_bytes && next_part == 2 && current.empty() ? first : current;
+      const uint64_t part_bytes = NextPartBytes();
       size_t take = std::min<uint64_t>(n, (&into == &first ? first_bytes : part_bytes) - into.size());
       into.insert(into.end(), p, p + take);
       p += take;
@@ -130,7 +132,7 @@ struct ObjectWriter::Impl {
       if (&into == &current && current.size() == part_bytes) {
         QueuePart(std::move(current));
         current = {};
-        current.reserve(part_bytes);
+        current.reserve(NextPartBytes());
       }
     }
   }
@@ -242,7 +244,7 @@ struct ObjectWriter::Impl {
   std::string url;
   ObjectLocation loc;
   S3Client client;
-  uint64_t part_bytes, first_bytes;
+  uint64_t first_bytes;
   std::vector<uint8_t> first, current;
   uint64_t position = 0;
   int next_part = 2;
