@@ -27,8 +27,8 @@ them uploaded). Each round runs every contender once, in a shuffled order:
   peers virtualenv of tools/bench/setup-peers.sh) streaming s3://bench/model.safetensors into CPU
   tensors, as `contenders.py runai URL --tensor-digests` in a process of the peers' python, one
   per round, which times the stream_file + get_tensors loop alone (its start-up and imports are
-  not in the row). Its environment: AWS_ENDPOINT_URL, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0
-  (path-style), AWS_EC2_METADATA_DISABLED=true, the same keys and region as zckpt's;
+  not in the row). Its environment is every client's (contenders.s3_client_env: path-style
+  addressing, no instance metadata, the same keys and region as zckpt's);
 - boto3 download+load: boto3's download_file of s3://bench/model.safetensors to a local file
   (its default TransferConfig: 8 MiB parts, 10 threads), then safetensors.torch.load_file of it,
   in this process;
@@ -202,7 +202,9 @@ def boto3_client(url, args):
 
 def run_table(setup, args, tensors, local, st_local, d):
     """Runs every contender against `setup` over the rounds; prints the table; True if all right."""
-    os.environ["AWS_ENDPOINT_URL"] = setup.url
+    env = contenders.s3_client_env(setup.url)
+    os.environ.clear()
+    os.environ.update(env)
     size, st_size = os.path.getsize(local), os.path.getsize(st_local)
     local_sha = sha256_of(local)
     fetched = os.path.join(d, "fetched.safetensors")
@@ -263,7 +265,7 @@ def run_table(setup, args, tensors, local, st_local, d):
         return [] if got["sha256"] == local_sha else [f"the uploaded object (sha256 {got['sha256'][:12]}...)"]
 
     def runai():
-        env = dict(os.environ, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true")
+        env = dict(os.environ)
         if args.connections:
             env.update(RUNAI_STREAMER_OBJ_CONCURRENCY=str(args.connections),
                        RUNAI_STREAMER_CONCURRENCY=str(args.connections))
@@ -384,9 +386,6 @@ def main():
     if any(k not in ("shaped", "unshaped", "moto") for k in kinds):
         ap.error(f"--server {args.server}: expected shaped, unshaped, ranges or moto")
 
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1")
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "ZCKPT_S3_ADDRESSING"):
-        os.environ.pop(k, None)
     if args.connections:
         os.environ["ZCKPT_S3_CONNECTIONS"] = str(args.connections)
     tensors = model(args.mib)

@@ -172,14 +172,11 @@ def folder_bytes(folder):
 
 
 def s3_env(url, cache):
-    """The engines' environment for --s3: zckpt's and Run:ai's (tools/bench/bench_s3.py's runai)
-    S3 settings, vLLM's pulled config files in `cache`."""
-    env = dict(os.environ, AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-               AWS_REGION="us-east-1", RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true",
-               VLLM_ASSETS_CACHE=cache, ZCKPT_BENCH_S3_STATS=url)
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "ZCKPT_S3_ADDRESSING"):
-        env.pop(k, None)
-    return env
+    """The engines' environment for --s3: the benchmarks' S3 client settings (contenders.py), vLLM's
+    pulled config files in `cache`."""
+    from contenders import s3_client_env
+
+    return dict(s3_client_env(url), VLLM_ASSETS_CACHE=cache, ZCKPT_BENCH_S3_STATS=url)
 
 
 def s3_main(a, folder, size):

@@ -104,6 +104,24 @@ def prepare_cache(path, how):
 # ---------------------------------------------------------------- measuring
 
 
+# What a caller's environment may hold that would point a client somewhere other than the bench
+# server, or change how zckpt addresses it.
+_S3_ENV_DROPPED = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "ZCKPT_S3_ADDRESSING")
+
+
+def s3_client_env(url, base=None):
+    """The environment every S3 client of the benchmarks (zckpt, Run:ai's streamer, boto3) reads to
+    reach the bench server at `url`: its keys and region, path-style addressing for Run:ai, no
+    instance-metadata lookups, nothing of _S3_ENV_DROPPED. `base`: the environment to start from
+    (default os.environ)."""
+    env = dict(os.environ if base is None else base, AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench",
+               AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1",
+               RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true")
+    for k in _S3_ENV_DROPPED:
+        env.pop(k, None)
+    return env
+
+
 def host_memory():
     out = {}
     with open("/proc/self/status") as f:
