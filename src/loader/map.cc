@@ -1,56 +1,22 @@
 // Map: CPU tensors aliasing a copy-on-write mapping of the file; with verify, every raw chunk
 // hashed where it lies in the mapping first.
 #include <c10/core/Allocator.h>
-#include <sys/mman.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <vector>
 
-#include "common/mapped_file.h"
-#include "format/container_file.h"
 #include "loader/map_verify.h"
+#include "loader/mapping.h"
 #include "loader/tensors.h"
 #include "zckpt/container.h"
 #include "zckpt/loader.h"
 
 namespace zckpt {
 
-using format::internal::ContainerFile;
-
 namespace {
 
-// The read-write private mapping every mapped storage aliases; unmapped when the last storage
-// (hence the last tensor viewing it) is freed. Made from the container's own descriptor: the
-// file whose index was validated, whatever the path names by now.
-//
-// Like torch.load(mmap=True), the views read the file when touched: bytes another process
-// rewrites later show through (until a page is written: copy on write), and touching a page
-// after another process truncated the file raises SIGBUS (include/zckpt/loader.h, Map).
-class Mapping {
- public:
-  explicit Mapping(const Container& c) : size_(c.file_bytes()) {
-    if (ContainerFile::Of(c).remote())
-      throw Error(ErrorKind::kInvalidArgument, c.path() + ": an object in object storage cannot be mapped: load it "
-                                                          "(zckpt.load without mmap=True), or download it first");
-    if (ContainerFile::Of(c).fd() < 0) throw Error(ErrorKind::kInvalidArgument, c.path() + ": a container opened from memory cannot be mapped");
-    // PROT_WRITE + MAP_PRIVATE: tensors may be written like any CPU tensor; the written pages are
-    // copied on write and the file never changes (torch.load(mmap=True) does the same).
-    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, ContainerFile::Of(c).fd(), 0);
-    if (p == MAP_FAILED) throw Error(ErrorKind::kIo, "cannot mmap " + c.path() + ": " + std::strerror(errno));
-    data_ = static_cast<uint8_t*>(p);
-  }
-  ~Mapping() { munmap(data_, size_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
+using loader::Mapping;
 
 void DropReference(void* ctx) { delete static_cast<std::shared_ptr<Mapping>*>(ctx); }
 

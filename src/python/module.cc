@@ -4,7 +4,8 @@
 // through torch's type casters exactly as in a torch C++ extension. Every call that streams data
 // releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError, and
 // OutOfMemoryError, also a torch.OutOfMemoryError, for those kinds), carrying the C++ message
-// and, as attributes, the Error's place (PlaceFields).
+// and, as attributes, the Error's place (PlaceFields, core_functions.h). What needs no torch
+// (describe, convert, verify, ...) is core_functions.cc's, bound here and in zckpt._core alike.
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -14,16 +15,13 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/object_pickle.h"
 #include "checkpoint/source_kind.h"
+#include "python/core_functions.h"
 #include "zckpt/container.h"
-#include "zckpt/convert.h"
-#include "zckpt/verify.h"
 #include "zckpt/error.h"
 #include "zckpt/format.h"
 #include "zckpt/load_regions.h"
 #include "zckpt/loader.h"
-#include "zckpt/object_store.h"
 #include "zckpt/tensor_stream.h"
 
 namespace py = pybind11;
@@ -33,96 +31,6 @@ namespace zckpt {
 void RegisterSharded(py::module_& m);  // sharded_module.cc
 
 namespace {
-
-// Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
-// .pt or safetensors file (zckpt.load("x.pt")). Called with the GIL held, which it lets go of:
-// opening reads the index, from an object by HEAD and ranged GETs, while other Python threads
-// (a fault proxy in the tests, a trainer's own) go on.
-std::unique_ptr<Container> OpenContainer(const std::string& path) {
-  py::gil_scoped_release release;
-  try {
-    return Container::Open(path);
-  } catch (const Error& e) {
-    throw checkpoint::WithNotAContainerHint(e, path);
-  }
-}
-
-// Each function below that reads a container takes one opened by the caller: zckpt/_api.py opens a
-// checkpoint once (`_C.open`) and asks that one open file for its metadata, its vetted pickle and
-// its storages, so a file renamed over the path in between cannot mix two checkpoints
-// (include/zckpt/loader.h). The path-taking module functions open the file for one call.
-py::dict Describe(const Container* c) {
-  py::list storages, tensors;
-  for (uint32_t i = 0; i < c->storage_count(); ++i) {
-    StorageInfo s = c->storage(i);
-    py::dict d;
-    d["key"] = std::string(s.key);
-    d["location"] = std::string(s.location);
-    d["dtype"] = std::string(DTypeName(s.dtype));
-    d["bytes"] = s.raw_bytes;
-    storages.append(d);
-  }
-  for (uint32_t i = 0; i < c->tensor_count(); ++i) tensors.append(std::string(c->tensor(i).name));
-  py::dict metadata;
-  for (uint32_t i = 0; i < c->metadata_count(); ++i) {
-    auto [k, v] = c->metadata(i);
-    metadata[py::str(std::string(k))] = py::str(std::string(v));
-  }
-  py::dict out;
-  out["storages"] = storages;
-  out["tensors"] = tensors;
-  out["metadata"] = metadata;
-  out["bytes"] = c->file_bytes();
-  return out;
-}
-
-// Every tensor record: what the converter learned of each tensor (shape, flags, and the JSON
-// `extra` carrying a ShardedTensor shard's offsets/sizes/placement or a DTensor's placements and
-// mesh), read from the index alone.
-py::list TensorRecords(const Container* c) {
-  py::list out;
-  for (uint32_t i = 0; i < c->tensor_count(); ++i) {
-    TensorInfo t = c->tensor(i);
-    py::dict d;
-    d["name"] = std::string(t.name);
-    d["dtype"] = std::string(DTypeName(t.dtype));
-    d["shape"] = t.shape;
-    d["stride"] = t.stride;
-    d["flags"] = t.flags;
-    d["extra"] = std::string(t.extra);
-    out.append(d);
-  }
-  return out;
-}
-
-py::bytes ReadBlob(const std::string& path, const std::string& name) {
-  auto c = OpenContainer(path);
-  auto blob = c->FindBlob(name);
-  if (!blob) throw Error(ErrorKind::kInvalidArgument, path + ": no blob '" + name + "'");
-  std::string bytes;
-  {
-    py::gil_scoped_release release;
-    auto checked = c->CheckedBlobBytes(*blob);
-    bytes.assign(reinterpret_cast<const char*>(checked.data()), checked.size());
-  }
-  return py::bytes(bytes);
-}
-
-// The object pickle, read by zckpt's interpreter under the allowlist plus `allow_globals` and
-// checked against the index, before Python hands it to torch's unpickler: the bytes returned are
-// the ones vetted. Errors as ReadObjectPickle (UnsafeError, CorruptError naming the file).
-py::bytes VettedPickle(const Container& c, const std::vector<std::string>& allow_globals) {
-  std::string bytes;
-  {
-    py::gil_scoped_release release;
-    checkpoint::PickleReadOptions read;
-    read.allow_globals = allow_globals;
-    auto pickle = checkpoint::ReadObjectPickle(c, read);
-    if (!pickle) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no object pickle (data.pkl) to load");
-    bytes.assign(reinterpret_cast<const char*>(pickle->bytes.data()), pickle->bytes.size());
-  }
-  return py::bytes(bytes);
-}
 
 // The ring of a load from Python's keyword arguments (threads=, slots=, slot_bytes=; None: the
 // library's default, ResolveLoadSizes).
@@ -201,85 +109,6 @@ uint64_t LoadRangesInto(const Container& c, const std::vector<std::tuple<std::st
   LoadOptions options = ToOptions(verify, ring);
   options.allow_globals = allow_globals;
   return LoadRegions(c, regions, options).stats.raw_bytes;
-}
-
-py::dict Convert(const std::string& src, const std::string& dst, uint64_t chunk_bytes, int zstd_level,
-                 unsigned threads, const std::vector<std::string>& allow_globals) {
-  ConvertOptions options;
-  options.allow_globals = allow_globals;
-  if (chunk_bytes) options.writer.chunk_bytes = chunk_bytes;
-  options.writer.zstd_level = zstd_level;
-  options.writer.threads = threads;
-  std::string destination = dst.empty() ? DefaultDestination(src) : dst;
-  ConvertStats s;
-  {
-    py::gil_scoped_release release;
-    s = ConvertFile(src, destination, options);
-  }
-  py::dict out;
-  out["destination"] = destination;
-  out["source_format"] = s.source_format;
-  out["source_bytes"] = s.source_bytes;
-  out["storages"] = s.storages;
-  out["tensors"] = s.tensors;
-  out["file_bytes"] = s.written.file_bytes;
-  out["chunks"] = s.written.chunks;
-  out["compressed_chunks"] = s.written.compressed_chunks;
-  return out;
-}
-
-void Export(const std::string& src, const std::string& dst, const std::string& format,
-            const std::vector<std::string>& allow_globals) {
-  if (format != "pt" && format != "safetensors")
-    throw Error(ErrorKind::kInvalidArgument, "export format must be 'pt' or 'safetensors', not '" + format + "'");
-  py::gil_scoped_release release;
-  ExportOptions options;
-  options.format = format == "safetensors" ? ExportFormat::kSafetensors : ExportFormat::kTorch;
-  options.allow_globals = allow_globals;
-  ExportFile(src, dst, options);
-}
-
-// Where an error lies (ErrorPlace) as Python values: {"file", "storage", "tensors" (a list),
-// "chunk", "file_bytes", "storage_bytes" ((begin, end) tuples)}, None for what it is not about.
-// The attributes every ZckptError raised from here carries, and the fields of zckpt.verify's
-// problems.
-py::dict PlaceFields(const ErrorPlace& place) {
-  auto text = [](const std::string& s) -> py::object { return s.empty() ? py::none() : py::object(py::str(s)); };
-  auto range = [](const std::optional<ByteRange>& r) -> py::object {
-    return r ? py::object(py::make_tuple(r->begin, r->end)) : py::none();
-  };
-  py::dict d;
-  d["file"] = text(place.file);
-  d["storage"] = text(place.storage);
-  d["tensors"] = place.tensors.empty() ? py::none() : py::object(py::cast(place.tensors));
-  d["chunk"] = place.chunk < 0 ? py::none() : py::object(py::int_(place.chunk));
-  d["file_bytes"] = range(place.file_bytes);
-  d["storage_bytes"] = range(place.storage_bytes);
-  return d;
-}
-
-// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order, each a dict:
-// "kind" ("corrupt" or "unsafe": ErrorKindName), "message", and PlaceFields. A problem that is not
-// a finding (IsFinding: the file could not be checked) raises as its Error, as `zckpt verify`
-// exits 2 for it where it exits 1 for a finding.
-py::list Verify(const std::string& path, std::optional<unsigned> threads) {
-  std::vector<VerifiedFile> files;
-  {
-    py::gil_scoped_release release;
-    VerifyPathOptions options;
-    options.threads = threads;
-    files = VerifyPath(path, options);
-  }
-  py::list problems;
-  for (const VerifiedFile& r : files)
-    for (const VerifyProblem& p : r.problems) {
-      if (!IsFinding(p.kind)) throw Error(p.kind, p.message, p.place);
-      py::dict d = PlaceFields(p.place);
-      d["kind"] = ErrorKindName(p.kind);
-      d["message"] = p.message;
-      problems.append(d);
-    }
-  return problems;
 }
 
 // The C++ API's object tree (TensorSet::tree, built by zckpt's own interpreter, not torch's
@@ -393,37 +222,24 @@ void BindSave(py::module_& m);  // save_bindings.cc
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "zckpt C++ core (use the `zckpt` package's functions)";
-  static py::exception<zckpt::Error> base(m, "ZckptError", PyExc_RuntimeError);
-  static py::exception<zckpt::Error> corrupt(m, "CorruptError", base.ptr());
-  static py::exception<zckpt::Error> unsafe(m, "UnsafeError", base.ptr());
-  // A ZckptError that is also a torch.OutOfMemoryError: resume code catches it as it catches
-  // torch's own. Never freed (the interpreter may outlive this module's statics).
-  static PyObject* oom = PyErr_NewException(
-      "zckpt._C.OutOfMemoryError", py::make_tuple(base, py::module_::import("torch").attr("OutOfMemoryError")).ptr(),
-      nullptr);
-  if (oom == nullptr) throw py::error_already_set();
-  m.attr("OutOfMemoryError") = py::handle(oom);
-  // Every ZckptError has the attributes of zckpt::PlaceFields: None on the class, set from the
-  // Error's place when it comes from C++ (a CorruptError names its file, storage, chunk, ...).
-  for (auto field : zckpt::PlaceFields({})) base.attr(field.first) = py::none();
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const zckpt::Error& e) {
-      PyObject* type = e.kind() == zckpt::ErrorKind::kCorrupt       ? corrupt.ptr()
-                       : e.kind() == zckpt::ErrorKind::kUnsafe      ? unsafe.ptr()
-                       : e.kind() == zckpt::ErrorKind::kOutOfMemory ? oom
-                                                                    : base.ptr();
-      try {
-        py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
-        for (auto field : zckpt::PlaceFields(e.place())) py::setattr(exc, field.first, field.second);
-        PyErr_SetObject(type, exc.ptr());
-      } catch (const py::error_already_set&) {  // the message alone, as an error cannot be lost
-        PyErr_SetString(type, e.what());
-      }
-    }
-  });
-  // One open checkpoint (module.cc, above Describe): what zckpt.load reads everything through.
+  // The error classes are the torch-free module's (zckpt._core), so `except zckpt.CorruptError`
+  // catches what either module raises. OutOfMemoryError is a ZckptError that is also a
+  // torch.OutOfMemoryError: resume code catches it as it catches torch's own.
+  py::module_ core = py::module_::import("zckpt._core");
+  zckpt::python::ErrorClasses classes{core.attr("ZckptError"), core.attr("CorruptError"), core.attr("UnsafeError"),
+                                      py::none()};
+  classes.oom = py::reinterpret_steal<py::object>(PyErr_NewException(
+      "zckpt._C.OutOfMemoryError",
+      py::make_tuple(core.attr("OutOfMemoryError"), py::module_::import("torch").attr("OutOfMemoryError")).ptr(),
+      nullptr));
+  if (!classes.oom) throw py::error_already_set();
+  core.attr("set_out_of_memory_error")(classes.oom);  // `_core`'s loads raise it too
+  m.attr("ZckptError") = classes.base;
+  m.attr("CorruptError") = classes.corrupt;
+  m.attr("UnsafeError") = classes.unsafe;
+  m.attr("OutOfMemoryError") = classes.oom;
+  zckpt::python::BindErrors(classes);
+  // One open checkpoint: what zckpt.load reads everything through (core_functions.h).
   using zckpt::Container;
   py::class_<zckpt::Ring>(m, "Ring")
       .def(py::init([](std::optional<unsigned> threads, std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
@@ -432,11 +248,10 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("threads", &zckpt::Ring::threads)
       .def_readonly("slots", &zckpt::Ring::slots)
       .def_readonly("slot_bytes", &zckpt::Ring::slot_bytes);
-  py::class_<Container, std::shared_ptr<Container>>(m, "Checkpoint")
-      .def_property_readonly("path", &Container::path)
-      .def("describe", [](const Container& c) { return zckpt::Describe(&c); })
-      .def("tensor_records", [](const Container& c) { return zckpt::TensorRecords(&c); })
-      .def("vetted_pickle", &zckpt::VettedPickle, py::arg("allow_globals") = std::vector<std::string>{})
+  // module_local: `_core` registers the same C++ class; neither module sees the other's.
+  py::class_<Container, std::shared_ptr<Container>> checkpoint(m, "Checkpoint", py::module_local());
+  zckpt::python::BindCommon(m, checkpoint);
+  checkpoint
       .def("load_storages", &zckpt::LoadStoragesTo, py::arg("devices"), py::arg("verify") = true,
            py::arg("ring") = zckpt::Ring{})
       .def("map_storages", &zckpt::MapStoragesToDict, py::arg("verify") = false, py::arg("threads") = py::none())
@@ -454,57 +269,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("tensor_stream", &zckpt::OpenTensorStream, py::arg("checkpoint"), py::arg("device") = "cpu",
         py::arg("verify") = true, py::arg("verify_first") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("open", [](const std::string& path) { return std::shared_ptr<Container>(zckpt::OpenContainer(path)); },
-        py::arg("path"));
-  m.def("describe", [](const std::string& path) { return zckpt::Describe(zckpt::OpenContainer(path).get()); },
-        py::arg("path"));
   m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("read_blob", &zckpt::ReadBlob, py::arg("path"), py::arg("name"));
-  m.def("vetted_pickle", [](const std::string& path, const std::vector<std::string>& allow) {
-    return zckpt::VettedPickle(*zckpt::OpenContainer(path), allow);
-  }, py::arg("path"), py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("tensor_records", [](const std::string& path) { return zckpt::TensorRecords(zckpt::OpenContainer(path).get()); },
-        py::arg("path"));
-  m.def("convert", &zckpt::Convert, py::arg("src"), py::arg("dst") = "", py::arg("chunk_bytes") = 0,
-        py::arg("zstd_level") = 0, py::arg("threads") = 0, py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("export", &zckpt::Export, py::arg("src"), py::arg("dst"), py::arg("format") = "pt",
-        py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("verify", &zckpt::Verify, py::arg("path"), py::arg("threads") = py::none());
-  // Object storage folders and small objects (zckpt/object_store.h): what the Python layer's
-  // path helpers (zckpt/_paths.py) use for s3:// folders, DCP's .metadata and indexes.
-  m.def("is_object_url", [](const std::string& p) { return zckpt::IsObjectUrl(p); }, py::arg("path"));
-  m.def("object_exists", [](const std::string& url) {
-    py::gil_scoped_release release;
-    return zckpt::ObjectExists(url);
-  }, py::arg("url"));
-  m.def("is_object_folder", [](const std::string& url) {
-    py::gil_scoped_release release;
-    return zckpt::IsObjectFolder(url);
-  }, py::arg("url"));
-  m.def("list_objects", [](const std::string& url) {
-    std::vector<zckpt::ObjectEntry> entries;
-    {
-      py::gil_scoped_release release;
-      entries = zckpt::ListObjects(url);
-    }
-    std::vector<std::pair<std::string, uint64_t>> out;
-    for (auto& e : entries) out.emplace_back(std::move(e.name), e.size);
-    return out;
-  }, py::arg("folder_url"));
-  m.def("read_object", [](const std::string& url, uint64_t max_bytes) {
-    std::string bytes;
-    {
-      py::gil_scoped_release release;
-      bytes = zckpt::ReadObject(url, max_bytes);
-    }
-    return py::bytes(bytes);
-  }, py::arg("url"), py::arg("max_bytes") = uint64_t{1} << 30);
-  m.def("write_object", [](const std::string& url, const py::bytes& data) {
-    std::string bytes = data;
-    py::gil_scoped_release release;
-    zckpt::WriteObject(url, bytes);
-  }, py::arg("url"), py::arg("data"));
   zckpt::BindSave(m);
   zckpt::RegisterSharded(m);
 }

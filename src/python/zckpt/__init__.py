@@ -22,25 +22,42 @@ every global it names must be on zckpt's allowlist of data globals (torch's tens
 and dtypes, collections, numpy arrays, DTensor/ShardedTensor metadata, ...) or be allowed by the
 caller by name (`allow_globals=[...]` on load, load_into, convert and export; `--allow-global`
 on the command line), and it must describe the same tensors as the container's index.
+
+Importing zckpt imports no torch: convert, export, verify and the error classes run on the
+torch-free core (`_core`); the rest imports torch (and checks it, _abi.py) on first use.
 """
-from ._abi import check_torch as _check_torch
+from ._errors import CorruptError, UnsafeError, ZckptError  # noqa: F401
+from ._tools import convert, export, verify  # noqa: F401
 
-_check_torch()  # before _C loads: a torch of another major.minor or flavour is refused by name
+# Names that need torch -> the module that defines them, imported on first access (PEP 562).
+_NEEDS_TORCH = {
+    "load": "_api", "load_into": "_api", "OutOfMemoryError": "_api",
+    "container_files": "_iter", "iter_tensors": "_iter",
+    "patch_stats": "_patch", "patch_torch_load": "_patch", "reset_patch_stats": "_patch",
+    "torch_load_from_zckpt": "_patch", "unpatch_torch_load": "_patch",
+    "AsyncSaver": "_save", "async_save": "_save", "save": "_save",
+}
 
-from ._api import (  # noqa: F401
-    CorruptError,
-    OutOfMemoryError,
-    UnsafeError,
-    ZckptError,
-    convert,
-    export,
-    load,
-    load_into,
-    verify,
-)
-from ._iter import container_files, iter_tensors  # noqa: F401
-from ._patch import patch_stats, patch_torch_load, reset_patch_stats, torch_load_from_zckpt, unpatch_torch_load  # noqa: F401
-from ._save import AsyncSaver, async_save, save  # noqa: F401
+
+def __getattr__(name):
+    module = _NEEDS_TORCH.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zckpt' has no attribute {name!r}")
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"zckpt.{name} needs torch, which cannot be imported here ({e}); install torch 2.x "
+                          "(convert, export and verify work without it)") from e
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NEEDS_TORCH))
+
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
            "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",

@@ -1,62 +1,25 @@
-"""The public functions of the zckpt package (see __init__.py)."""
-import os
+"""The public functions of the zckpt package that need torch (see __init__.py)."""
 import pickle
 
 import torch
 
-from . import _C
+from . import _core
+from ._args import allowed_globals as _allowed
+from ._args import path_of as _path
+from ._args import ring_sizes
+from ._errors import CorruptError, UnsafeError, ZckptError  # noqa: F401
+from ._ext import _C
 from ._restore import unpickle
 from ._sharded import FLAG_SHARDED, process_rank
 from ._fsdp import fsdp1_modules, load_into_fsdp1
 from ._targets import optimizer_tensors, resolve
 
-ZckptError = _C.ZckptError
-CorruptError = _C.CorruptError
-UnsafeError = _C.UnsafeError
-OutOfMemoryError = _C.OutOfMemoryError  # also a torch.OutOfMemoryError
-
-
-def _path(f):
-    if isinstance(f, (str, os.PathLike)):
-        return os.fspath(f)
-    raise TypeError(f"zckpt works on paths, not {type(f).__name__}")
-
-
-def _global_name(g):
-    """'module.name' of an allow_globals entry: the string itself, or a class/function's own."""
-    if isinstance(g, str):
-        return g
-    module, name = getattr(g, "__module__", None), getattr(g, "__qualname__", None)
-    if not module or not name:
-        raise TypeError(f"allow_globals takes 'module.name' strings, classes and functions, not {g!r}")
-    return f"{module}.{name}"
+OutOfMemoryError = _C.OutOfMemoryError  # a ZckptError that is also a torch.OutOfMemoryError
 
 
 def _ring(threads, slots, slot_bytes):
-    """The loader's ring from load's and load_into's keyword arguments (the names of `zckpt load
-    --threads --slots --slot-bytes`): None or 0 leaves the library's default (LoadOptions in
-    zckpt/load_options.h says what each resolves to)."""
-    values = {"threads": threads, "slots": slots, "slot_bytes": slot_bytes}
-    for name, v in values.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be a positive integer (or None for the default), not {v!r}")
-    return _C.Ring(**{k: v or None for k, v in values.items()})
-
-
-def _allowed(allow_globals, weights_only=False):
-    """The globals ('module.name') a pickle may name besides zckpt's allowlist: what the caller
-    lists and, for a weights-only load, what the caller registered with torch as safe globals
-    (torch.serialization.add_safe_globals / safe_globals)."""
-    if isinstance(allow_globals, (str, bytes)):
-        raise TypeError("allow_globals takes a list of names, not one string")
-    names = [_global_name(g) for g in allow_globals]
-    if weights_only:
-        for g in torch.serialization.get_safe_globals():
-            if isinstance(g, tuple):  # (obj, "module.name")
-                names.append(g[1])
-            else:
-                names.append(_global_name(g))
-    return names
+    """The loader's ring as `_C` takes it (ring_sizes checks the values)."""
+    return _C.Ring(**ring_sizes(threads, slots, slot_bytes))
 
 
 class _CallerError(Exception):
@@ -180,40 +143,45 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     truncated or rewritten by another process during the load ends in ZckptError naming the
     file, never a crash.
 
+    CPU storages of 64 KiB and more are 4 KiB-aligned host memory of zckpt's (so bytes not in the
+    page cache are read straight into them, O_DIRECT): they cannot be resized (`resize_` raises),
+    where torch.load's can; views, sharing, share_memory_ and saving work as with torch's.
+
     Errors: ZckptError and its subclasses, each naming the file: UnsafeError (a refused
     global), CorruptError (damaged, inconsistent or malformed file); pickle.UnpicklingError
     when weights_only=True refuses what torch.load(weights_only=True) refuses.
     """
     path = _path(f)
-    ring = _ring(threads, slots, slot_bytes)
-    # One open file for everything below: a checkpoint renamed over `path` meanwhile (a trainer
-    # publishing `latest`) cannot give this file's pickle with that one's storages.
-    ckpt = _C.open(path)
-    info = ckpt.describe()
-    legacy = info["metadata"].get("zckpt.source.format") == "legacy"
-    pickle_bytes = ckpt.vetted_pickle(_allowed(allow_globals, weights_only))
-    locations = {s["key"]: s["location"] for s in info["storages"]}
+    sizes = ring_sizes(threads, slots, slot_bytes)
     where = _MapLocation(map_location)
-
     if mmap:
         where.require_cpu()
-        raw = ckpt.map_storages(verify, ring.threads)
-    else:
-        devices, meta = {}, set()
-        for key, location in locations.items():
-            dev = where.device(location)
-            if dev.type == "meta":
-                # torch.load(map_location="meta") reads no tensor bytes: storages of the saved size
-                # on the meta device (transformers' from_pretrained asks for this).
-                meta.add(key)
-                continue
-            devices[key] = str(dev)
-        raw = ckpt.load_storages(devices, verify, ring)
-        sizes = {s["key"]: s["bytes"] for s in info["storages"]}
-        for key in meta:
-            raw[key] = torch.empty(sizes[key], dtype=torch.uint8, device="meta")
+    allowed = _allowed(allow_globals, weights_only)
+    # One open file for everything below: a checkpoint renamed over `path` meanwhile (a trainer
+    # publishing `latest`) cannot give this file's pickle with that one's storages.
+    ckpt = _core.open(path)
+    info = ckpt.describe()
+    devices = {s["key"]: where.device(s["location"]) for s in info["storages"]}
+    if mmap or all(d.type in ("cpu", "meta") for d in devices.values()):
+        return _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap)
+    # A CUDA destination: libzckpt's pinned ring, through _C on a checkpoint it opens itself.
+    ckpt = _C.open(path)
+    info = ckpt.describe()
+    devices = {s["key"]: where.device(s["location"]) for s in info["storages"]}
+    legacy = info["metadata"].get("zckpt.source.format") == "legacy"
+    pickle_bytes = ckpt.vetted_pickle(allowed)
+    loaded = {key: str(dev) for key, dev in devices.items() if dev.type != "meta"}
+    raw = ckpt.load_storages(loaded, verify, _C.Ring(**sizes))
+    for s in info["storages"]:
+        if devices[s["key"]].type == "meta":
+            raw[s["key"]] = torch.empty(s["bytes"], dtype=torch.uint8, device="meta")
+    return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
 
-    restored = {}  # key -> storage handed out: each storage is restored (and mapped) once
+
+def _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy):
+    """The vetted pickle replayed over the loaded storages (`raw`: key -> uint8 tensor), each
+    storage handed out (and given to a callable map_location) once."""
+    restored = {}
 
     def storage_for_key(key, location, dtype):
         if key in restored:
@@ -225,6 +193,54 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
         return untyped
 
     return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt)
+
+
+# Host storages of at least this many bytes are 4 KiB-aligned HostBuffers (_core), so bytes not
+# in the page cache are read straight into them with O_DIRECT; smaller ones come from torch's
+# allocator (64-byte aligned), where a page-cache read costs nothing measurable.
+_HOST_BUFFER_MIN = 64 << 10
+
+
+def _host_bytes(n):
+    """A uint8 CPU tensor of n bytes for a storage to be filled, and its address."""
+    if n < _HOST_BUFFER_MIN:
+        t = torch.empty(n, dtype=torch.uint8)
+        return t, t.data_ptr()
+    buf = _core.HostBuffer(n)
+    return _frombuffer(buf), buf.address
+
+
+def _frombuffer(buffer):
+    """A uint8 CPU tensor over a `_core` buffer (HostBuffer, MappedBytes), keeping it alive."""
+    if len(buffer) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(buffer, dtype=torch.uint8)
+
+
+def _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap):
+    """load() when every storage goes to the CPU (or the meta device), or is mapped: the
+    torch-free core fills memory allocated here (or maps the file), then torch's unpickler
+    replays the vetted pickle over it."""
+    legacy = info["metadata"].get("zckpt.source.format") == "legacy"
+    pickle_bytes = ckpt.vetted_pickle(allowed)
+    if mmap:
+        raw = {key: _frombuffer(b) for key, b in ckpt.map_storages(verify, sizes["threads"]).items()}
+        return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
+    raw, targets = {}, []
+    for s in info["storages"]:
+        key, n = s["key"], s["bytes"]
+        if devices[key].type == "meta":
+            # torch.load(map_location="meta") reads no tensor bytes: storages of the saved size on
+            # the meta device (transformers' from_pretrained asks for this).
+            raw[key] = torch.empty(n, dtype=torch.uint8, device="meta")
+            continue
+        try:
+            raw[key], address = _host_bytes(n)
+        except (MemoryError, RuntimeError) as e:
+            raise OutOfMemoryError(f"{path}: cannot allocate {n} bytes of host memory for storage '{key}': {e}") from e
+        targets.append((key, address, n))
+    ckpt.load_host(targets, verify, **sizes)
+    return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
 
 
 def _named_tensors(target):
@@ -316,48 +332,3 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected
-
-
-def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0, allow_globals=()):
-    """Converts a torch.save file to a container (no Python code from the file runs): its
-    pickle's globals must be on zckpt's allowlist of data globals or in allow_globals
-    ('module.name' strings or the classes themselves); UnsafeError otherwise.
-    Returns a dict of statistics."""
-    src = _path(src)
-    return _C.convert(src, _path(dst) if dst is not None else "", chunk_bytes, zstd_level, threads,
-                      _allowed(allow_globals))
-
-
-def export(src, dst, *, format=None, allow_globals=()):
-    """Writes a container back as a .pt file that torch.load reads (format="pt"), or as a
-    .safetensors file (format="safetensors"; the default when dst ends in .safetensors). The
-    object pickle (every pickle torch.load will read) is vetted first (allowlist plus
-    allow_globals, checked against the index), and the archive is checked complete and safe to
-    unpack."""
-    dst = _path(dst)
-    if format is None:
-        format = "safetensors" if dst.endswith(".safetensors") else "pt"
-    _C.export(_path(src), dst, format, _allowed(allow_globals))
-
-
-def verify(path, *, threads=None, raise_on_error=True):
-    """Checks every byte of a container, and that its kept pickle is readable, names no
-    code-running global and describes the same tensors as its index, on `threads` checking
-    threads per file (None or 0: all cores, as `zckpt verify --threads`). Returns the list of
-    problems (messages; empty when good); with raise_on_error, raises CorruptError listing them
-    instead. That CorruptError's `problems` holds each one as a dict: "kind" ("corrupt" or
-    "unsafe"), "message", and where it lies, "file", "storage", "tensors" (a list), "chunk",
-    "file_bytes" and "storage_bytes" ((begin, end) byte ranges), None for what it is not about;
-    its own attributes of those names are the first problem's (as every ZckptError's are its
-    own). A file that could not be checked at all (missing, unreadable, not a container,
-    unsupported) raises its ZckptError, where `zckpt verify` exits 2."""
-    found = _C.verify(_path(path), _ring(threads, None, None).threads)
-    problems = [p["message"] for p in found]
-    if problems and raise_on_error:
-        error = CorruptError("\n".join(problems))
-        error.problems = found
-        for field, value in found[0].items():
-            if field not in ("kind", "message"):
-                setattr(error, field, value)
-        raise error
-    return problems

@@ -31,7 +31,8 @@ back, together, to FSDP's own load (fsdp_fallback, below), whose cost is FSDP's.
 """
 import torch
 
-from . import _C, _paths
+from . import _paths
+from ._ext import _C
 from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0

@@ -5,8 +5,11 @@ import os
 
 import torch
 
-from . import _C, _paths
-from ._api import ZckptError, _allowed, _path
+from . import _paths
+from ._ext import _C
+from ._args import allowed_globals as _allowed
+from ._args import path_of as _path
+from ._errors import ZckptError
 from ._sharded import records_of
 
 _INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json

@@ -45,7 +45,7 @@ def _stale(pt, container):
     size, or written after the container)."""
     if not os.path.exists(pt):
         return False
-    from . import _C
+    from ._ext import _C
 
     try:
         saved = _C.describe(container)["metadata"].get("zckpt.source.bytes")

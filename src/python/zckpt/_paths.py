@@ -8,7 +8,7 @@ gets both kinds. An object folder needs no creating; a small object written whol
 (one PUT), as a local file written by rename does."""
 import os
 
-from . import _C
+from ._ext import _C
 
 SCHEME = "s3://"
 

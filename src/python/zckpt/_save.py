@@ -18,7 +18,7 @@ import threading
 import torch
 import torch.serialization as _serialization
 
-from . import _C
+from ._ext import _C
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
 _SNAPSHOT_ALIGN = 64

@@ -15,7 +15,8 @@ import re
 
 import torch
 
-from . import _C, _paths
+from . import _paths
+from ._ext import _C
 
 FLAG_DTENSOR = 1 << 4
 FLAG_SHARDED = 1 << 5

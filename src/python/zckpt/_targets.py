@@ -8,7 +8,7 @@ resolve to their local tensor after the file's record of them is checked against
 """
 import torch
 
-from . import _C
+from ._ext import _C
 from ._sharded import check_rank_of_file, local_target, process_rank, records, records_of
 
 

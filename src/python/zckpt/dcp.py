@@ -50,8 +50,9 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import _C, _paths
-from ._api import _allowed
+from . import _paths
+from ._ext import _C
+from ._args import allowed_globals as _allowed
 
 __all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
 

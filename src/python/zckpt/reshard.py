@@ -47,7 +47,8 @@ import time
 
 import torch
 
-from . import _C, _paths
+from . import _paths
+from ._ext import _C
 from ._api import load
 
 RANK_FILE = re.compile(r"^(?P<family>.+)_world_size_(?P<world>[0-9]+)_rank_(?P<rank>[0-9]+)\.(?P<ext>zckpt|pt)$")

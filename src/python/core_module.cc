@@ -1,0 +1,187 @@
+// zckpt._core: the torch-free extension module. Everything of the `zckpt` package that needs no
+// torch (convert, export, verify, describe, the object store) runs here, and so does every load
+// into host memory: the Python layer allocates each storage (HostBuffer, or torch's own memory)
+// and LoadStoragesToHost fills it through its address; a mapped load (mmap=True) hands out views
+// of the file's copy-on-write mapping (MappedBytes). Built with Debian's pybind11 against the
+// torch-free static layers only: `import zckpt._core` works where torch is not installed.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "loader/host_load.h"
+#include "loader/map_verify.h"
+#include "loader/mapping.h"
+#include "python/core_functions.h"
+#include "zckpt/container.h"
+#include "zckpt/error.h"
+#include "zckpt/load_options.h"
+
+namespace py = pybind11;
+
+namespace zckpt::python {
+namespace {
+
+// Host storages are aligned to the block size O_DIRECT needs, so bytes not in the page cache go
+// straight from the disk into them.
+constexpr size_t kHostBufferAlign = 4096;
+
+// Host memory a load fills, owned by Python: a writable buffer (torch.frombuffer wraps it without
+// a copy; the tensor keeps the buffer alive). Zero-filled is not promised: a load overwrites it.
+class HostBuffer {
+ public:
+  explicit HostBuffer(uint64_t bytes) : bytes_(bytes) {
+    const size_t rounded = (bytes + kHostBufferAlign - 1) / kHostBufferAlign * kHostBufferAlign;
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(kHostBufferAlign, rounded ? rounded : kHostBufferAlign));
+    if (!data_)
+      throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  }
+  ~HostBuffer() { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+LoadOptions RingOptions(bool verify, std::optional<unsigned> threads, std::optional<unsigned> slots,
+                        std::optional<uint64_t> slot_bytes) {
+  LoadOptions o;
+  o.verify = verify;
+  o.threads = threads;
+  o.slots = slots;
+  o.slot_bytes = slot_bytes;
+  return o;
+}
+
+// (key, address, bytes) per storage to fill: the caller's memory, kept alive by the caller for the
+// call. Returns LoadStats' figures as a dict.
+py::dict LoadHost(const Container& c, const std::vector<std::tuple<std::string, uintptr_t, uint64_t>>& targets,
+                  bool verify, std::optional<unsigned> threads, std::optional<unsigned> slots,
+                  std::optional<uint64_t> slot_bytes) {
+  std::map<std::string, uint32_t> index;
+  for (uint32_t i = 0; i < c.storage_count(); ++i) index.emplace(std::string(c.storage(i).key), i);
+  std::vector<loader::HostStorage> storages;
+  storages.reserve(targets.size());
+  for (const auto& [key, address, bytes] : targets) {
+    auto it = index.find(key);
+    if (it == index.end()) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no storage '" + key + "'");
+    storages.push_back({it->second, reinterpret_cast<uint8_t*>(address), bytes});
+  }
+  LoadStats s;
+  {
+    py::gil_scoped_release release;
+    s = loader::LoadStoragesToHost(c, storages, RingOptions(verify, threads, slots, slot_bytes));
+  }
+  py::dict out;
+  out["raw_bytes"] = s.raw_bytes;
+  out["stored_bytes"] = s.stored_bytes;
+  out["chunks"] = s.chunks;
+  out["uncached_bytes"] = s.uncached_bytes;
+  out["threads"] = s.threads;
+  out["verified"] = s.verified;
+  out["seconds"] = s.seconds;
+  return out;
+}
+
+// Bytes of a storage inside the file's copy-on-write mapping (loader::Mapping), which stays mapped
+// while any view of it lives: torch.frombuffer over this aliases the file as torch.load(mmap=True)
+// does.
+class MappedBytes {
+ public:
+  MappedBytes(std::shared_ptr<loader::Mapping> m, uint64_t offset, uint64_t bytes)
+      : mapping_(std::move(m)), data_(mapping_->data() + offset), bytes_(bytes) {}
+  uint8_t* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::shared_ptr<loader::Mapping> mapping_;
+  uint8_t* data_;
+  uint64_t bytes_;
+};
+
+// key -> MappedBytes per storage of raw chunks laid end to end in the file; a storage of zstd
+// chunks cannot alias the file and is decoded (and checked) into a HostBuffer. With verify, every
+// mapped chunk is hashed where it lies first (loader::VerifyMapped), on `threads` threads.
+py::dict MapStorages(const Container& c, bool verify, std::optional<unsigned> threads) {
+  std::vector<std::pair<std::string, py::object>> out;
+  std::vector<uint64_t> to_verify;
+  auto mapping = std::make_shared<loader::Mapping>(c);
+  const uint64_t chunk_bytes = c.superblock().chunk_bytes;
+  for (uint32_t s = 0; s < c.storage_count(); ++s) {
+    StorageInfo info = c.storage(s);
+    if (info.raw_bytes != 0 && info.contiguous) {
+      out.emplace_back(std::string(info.key), py::cast(MappedBytes(mapping, info.data_offset, info.raw_bytes)));
+      if (verify)
+        for (uint64_t k = 0; k < info.chunk_count; ++k) to_verify.push_back(info.first_chunk + k);
+      continue;
+    }
+    auto owned = std::make_unique<HostBuffer>(info.raw_bytes);
+    {
+      py::gil_scoped_release release;
+      for (uint64_t k = 0; k < info.chunk_count; ++k) c.ReadChunk(info.first_chunk + k, owned->data() + k * chunk_bytes, true);
+    }
+    out.emplace_back(std::string(info.key), py::cast(std::move(owned)));
+  }
+  if (!to_verify.empty()) {
+    py::gil_scoped_release release;
+    loader::VerifyMapped(c, mapping->data(), to_verify, threads.value_or(DefaultReaderThreads()));
+  }
+  py::dict d;
+  for (auto& [key, buffer] : out) d[py::str(key)] = buffer;
+  return d;
+}
+
+}  // namespace
+}  // namespace zckpt::python
+
+PYBIND11_MODULE(_core, m) {
+  using zckpt::Container;
+  using zckpt::python::HostBuffer;
+  using zckpt::python::MappedBytes;
+  m.doc() = "zckpt's torch-free core (use the `zckpt` package's functions)";
+  py::object base = py::reinterpret_steal<py::object>(PyErr_NewException("zckpt.ZckptError", PyExc_RuntimeError, nullptr));
+  if (!base) throw py::error_already_set();
+  py::object corrupt = py::reinterpret_steal<py::object>(PyErr_NewException("zckpt.CorruptError", base.ptr(), nullptr));
+  py::object unsafe = py::reinterpret_steal<py::object>(PyErr_NewException("zckpt.UnsafeError", base.ptr(), nullptr));
+  // Host memory that cannot be had; `_C` makes it a torch.OutOfMemoryError too (SetOutOfMemoryClass).
+  py::object oom = py::reinterpret_steal<py::object>(PyErr_NewException("zckpt.OutOfMemoryError", base.ptr(), nullptr));
+  if (!corrupt || !unsafe || !oom) throw py::error_already_set();
+  m.attr("ZckptError") = base;
+  m.attr("CorruptError") = corrupt;
+  m.attr("UnsafeError") = unsafe;
+  m.attr("OutOfMemoryError") = oom;
+  zckpt::python::BindErrors({base, corrupt, unsafe, oom});
+  m.def("set_out_of_memory_error", &zckpt::python::SetOutOfMemoryClass, py::arg("cls"));
+
+  py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol(), py::module_local())
+      .def(py::init<uint64_t>(), py::arg("bytes"))
+      .def_property_readonly("address", [](const HostBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+      .def("__len__", &HostBuffer::bytes)
+      .def_buffer([](HostBuffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes())}, {1});
+      });
+  // module_local: `_C` registers the same C++ class; neither module sees the other's.
+  py::class_<MappedBytes>(m, "MappedBytes", py::buffer_protocol(), py::module_local())
+      .def("__len__", &MappedBytes::bytes)
+      .def_buffer([](MappedBytes& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes())}, {1});
+      });
+  py::class_<Container, std::shared_ptr<Container>> checkpoint(m, "Checkpoint", py::module_local());
+  zckpt::python::BindCommon(m, checkpoint);
+  checkpoint.def("load_host", &zckpt::python::LoadHost, py::arg("targets"), py::arg("verify") = true,
+                 py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
+      .def("map_storages", &zckpt::python::MapStorages, py::arg("verify") = false, py::arg("threads") = py::none());
+}

@@ -1,0 +1,50 @@
+"""The torch-free entry points: convert, export and verify run on zckpt._core, so they work
+where torch is not installed (as the `zckpt` command does)."""
+from . import _core
+from ._args import allowed_globals, path_of, ring_sizes
+from ._errors import CorruptError
+
+
+def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0, allow_globals=()):
+    """Converts a torch.save file to a container (no Python code from the file runs): its
+    pickle's globals must be on zckpt's allowlist of data globals or in allow_globals
+    ('module.name' strings or the classes themselves); UnsafeError otherwise.
+    Returns a dict of statistics."""
+    src = path_of(src)
+    return _core.convert(src, path_of(dst) if dst is not None else "", chunk_bytes, zstd_level, threads,
+                         allowed_globals(allow_globals))
+
+
+def export(src, dst, *, format=None, allow_globals=()):
+    """Writes a container back as a .pt file that torch.load reads (format="pt"), or as a
+    .safetensors file (format="safetensors"; the default when dst ends in .safetensors). The
+    object pickle (every pickle torch.load will read) is vetted first (allowlist plus
+    allow_globals, checked against the index), and the archive is checked complete and safe to
+    unpack."""
+    dst = path_of(dst)
+    if format is None:
+        format = "safetensors" if dst.endswith(".safetensors") else "pt"
+    _core.export(path_of(src), dst, format, allowed_globals(allow_globals))
+
+
+def verify(path, *, threads=None, raise_on_error=True):
+    """Checks every byte of a container, and that its kept pickle is readable, names no
+    code-running global and describes the same tensors as its index, on `threads` checking
+    threads per file (None or 0: all cores, as `zckpt verify --threads`). Returns the list of
+    problems (messages; empty when good); with raise_on_error, raises CorruptError listing them
+    instead. That CorruptError's `problems` holds each one as a dict: "kind" ("corrupt" or
+    "unsafe"), "message", and where it lies, "file", "storage", "tensors" (a list), "chunk",
+    "file_bytes" and "storage_bytes" ((begin, end) byte ranges), None for what it is not about;
+    its own attributes of those names are the first problem's (as every ZckptError's are its
+    own). A file that could not be checked at all (missing, unreadable, not a container,
+    unsupported) raises its ZckptError, where `zckpt verify` exits 2."""
+    found = _core.verify(path_of(path), ring_sizes(threads, None, None)["threads"])
+    problems = [p["message"] for p in found]
+    if problems and raise_on_error:
+        error = CorruptError("\n".join(problems))
+        error.problems = found
+        for field, value in found[0].items():
+            if field not in ("kind", "message"):
+                setattr(error, field, value)
+        raise error
+    return problems

@@ -1,0 +1,204 @@
+"""The torch-free core (zckpt._core): `import zckpt` imports no torch; convert, export and verify
+work in a process where torch cannot be imported; loads into host memory run on `_core` and give
+what torch.load gives; both extension modules raise the same error classes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import zckpt
+import zckpt._core
+
+
+# In the child, torch cannot be imported at all: a None entry in sys.modules makes every
+# `import torch` raise ImportError, as where torch is not installed.
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
+
+
+def _run(code, cwd, no_torch=False):
+    """`code` in a fresh interpreter with this one's environment (the build on PYTHONPATH); with
+    no_torch, one where torch cannot be imported."""
+    code = (NO_TORCH if no_torch else "") + textwrap.dedent(code)
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return r.stdout
+
+
+def test_import_zckpt_imports_no_torch(tmp_path):
+    out = _run("""
+        import sys
+        import zckpt
+        print('torch' in sys.modules, zckpt.CorruptError.__name__, callable(zckpt.convert))
+        zckpt.load  # the first name that needs torch imports it
+        print('torch' in sys.modules)
+    """, tmp_path)
+    assert out.split() == ["False", "CorruptError", "True", "True"]
+
+
+def test_convert_verify_export_without_torch(tmp_path):
+    state = {"w": torch.randn(300, 70), "b": torch.arange(10), "half": torch.randn(5, 5).half()}
+    state["view"] = state["w"][2:5]
+    src = tmp_path / "m.pt"
+    torch.save(state, src)
+    out = _run(f"""
+        import zckpt
+        stats = zckpt.convert({str(src)!r}, {str(tmp_path / 'm.zckpt')!r})
+        print(stats["tensors"], stats["storages"])
+        print(zckpt.verify({str(tmp_path / 'm.zckpt')!r}))
+        zckpt.export({str(tmp_path / 'm.zckpt')!r}, {str(tmp_path / 'back.pt')!r})
+        try:
+            zckpt.load({str(tmp_path / 'm.zckpt')!r})
+        except ImportError as e:
+            print("load:", e)
+        print('torch' in sys.modules and sys.modules['torch'] is not None)
+    """, tmp_path, no_torch=True)
+    lines = out.strip().splitlines()
+    assert lines[0] == "4 3"  # the view shares w's storage
+    assert lines[1] == "[]"
+    assert lines[2].startswith("load: zckpt.load needs torch") and "convert, export and verify work" in lines[2]
+    assert lines[3] == "False"
+    back = torch.load(tmp_path / "back.pt")
+    assert back.keys() == state.keys()
+    for k in state:
+        assert torch.equal(back[k], state[k]) and back[k].dtype == state[k].dtype
+    assert back["view"].untyped_storage().data_ptr() == back["w"].untyped_storage().data_ptr()
+
+
+def _payload_offset(data, tensor):
+    """Where `tensor`'s bytes lie in a container's bytes (raw chunks hold them as they are)."""
+    offset = data.find(tensor.numpy().tobytes()[:256])
+    assert offset > 0
+    return offset
+
+
+def test_verify_finds_a_flipped_byte_without_torch(tmp_path):
+    w = torch.randn(64, 64)
+    torch.save({"w": w}, tmp_path / "m.pt")
+    zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
+    data = bytearray((tmp_path / "m.zckpt").read_bytes())
+    info = zckpt._core.describe(str(tmp_path / "m.zckpt"))
+    assert info["storages"][0]["bytes"] == 64 * 64 * 4
+    offset = _payload_offset(data, w)
+    data[offset + 17] ^= 0x40
+    (tmp_path / "bad.zckpt").write_bytes(bytes(data))
+    out = _run(f"""
+        import zckpt
+        try:
+            zckpt.verify({str(tmp_path / 'bad.zckpt')!r})
+        except zckpt.CorruptError as e:
+            print(type(e).__name__, e.file, e.storage, e.chunk)
+    """, tmp_path, no_torch=True)
+    name, file, storage, chunk = out.split()
+    assert name == "CorruptError" and file == str(tmp_path / "bad.zckpt") and storage != "None" and chunk == "0"
+
+
+def test_both_modules_raise_the_same_classes(tmp_path):
+    from zckpt import _C
+
+    assert _C.ZckptError is zckpt._core.ZckptError is zckpt.ZckptError
+    assert _C.CorruptError is zckpt._core.CorruptError is zckpt.CorruptError
+    assert _C.UnsafeError is zckpt.UnsafeError
+    assert issubclass(zckpt.OutOfMemoryError, zckpt.ZckptError)
+    assert issubclass(zckpt.OutOfMemoryError, torch.OutOfMemoryError)
+    with pytest.raises(zckpt.ZckptError, match="missing.zckpt") as e:
+        zckpt.load(tmp_path / "missing.zckpt")
+    assert e.value.file is not None or "missing.zckpt" in str(e.value)
+
+
+def _equal_trees(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        assert a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+        assert torch.equal(a, b)
+        return
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _equal_trees(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _equal_trees(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_host_load_equals_torch_load(tmp_path, verify):
+    big = torch.randn(256, 1024)  # 1 MiB: a 4 KiB-aligned HostBuffer
+    state = {"big": big, "row": big[3], "t": big.t(), "small": torch.arange(7, dtype=torch.int16),
+             "empty": torch.empty(0), "bf16": torch.randn(40000).bfloat16(), "nested": [{"x": torch.ones(3)}, 5]}
+    torch.save(state, tmp_path / "s.pt")
+    zckpt.convert(tmp_path / "s.pt", tmp_path / "s.zckpt", chunk_bytes=256 << 10)
+    got = zckpt.load(tmp_path / "s.zckpt", verify=verify)
+    _equal_trees(torch.load(tmp_path / "s.pt"), got)
+    # views share their storage as torch.load's do; big storages are page-aligned (O_DIRECT)
+    assert got["row"].untyped_storage().data_ptr() == got["big"].untyped_storage().data_ptr()
+    assert got["t"].untyped_storage().data_ptr() == got["big"].untyped_storage().data_ptr()
+    assert got["big"].data_ptr() % 4096 == 0
+    got["big"].add_(1)  # writable, and the memory outlives the load's own references
+    assert torch.equal(got["row"], big[3] + 1)
+
+
+def test_host_load_catches_a_flipped_byte(tmp_path):
+    w = torch.randn(512, 512)
+    torch.save({"w": w}, tmp_path / "m.pt")
+    zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
+    data = bytearray((tmp_path / "m.zckpt").read_bytes())
+    offset = _payload_offset(data, w)
+    data[offset + 100000] ^= 1
+    (tmp_path / "bad.zckpt").write_bytes(bytes(data))
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.load(tmp_path / "bad.zckpt")
+    assert e.value.file == str(tmp_path / "bad.zckpt") and e.value.storage is not None
+    assert e.value.storage_bytes is not None
+    assert len(zckpt.load(tmp_path / "bad.zckpt", verify=False)["w"]) == 512  # unchecked, as asked
+
+
+def test_host_load_refuses_a_destination_of_the_wrong_size(tmp_path):
+    torch.save({"w": torch.randn(100)}, tmp_path / "m.pt")
+    zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
+    ckpt = zckpt._core.open(str(tmp_path / "m.zckpt"))
+    key = ckpt.describe()["storages"][0]["key"]
+    buf = zckpt._core.HostBuffer(100)
+    with pytest.raises(zckpt.ZckptError, match="holds 400 bytes, its destination 100"):
+        ckpt.load_host([(key, buf.address, len(buf))])
+    with pytest.raises(zckpt.ZckptError, match="no storage 'nope'"):
+        ckpt.load_host([("nope", buf.address, 400)])
+
+
+@pytest.mark.parametrize("zstd_level", [0, 3])
+def test_mapped_load_equals_torch_load_and_outlives_everything_else(tmp_path, zstd_level):
+    big = torch.arange(300000, dtype=torch.float32)
+    state = {"big": big, "tail": big[-5:], "small": torch.ones(3, dtype=torch.int8), "empty": torch.empty(0)}
+    torch.save(state, tmp_path / "s.pt")
+    zckpt.convert(tmp_path / "s.pt", tmp_path / "s.zckpt", chunk_bytes=256 << 10, zstd_level=zstd_level)
+    before = (tmp_path / "s.zckpt").read_bytes()
+    got = zckpt.load(tmp_path / "s.zckpt", mmap=True)
+    _equal_trees(torch.load(tmp_path / "s.pt"), got)
+    assert got["tail"].untyped_storage().data_ptr() == got["big"].untyped_storage().data_ptr()
+    tail = got["tail"]
+    del got
+    import gc
+
+    gc.collect()
+    assert tail.tolist() == [299995.0, 299996.0, 299997.0, 299998.0, 299999.0]  # still mapped
+    tail.add_(1)  # copy on write: the file never changes
+    assert (tmp_path / "s.zckpt").read_bytes() == before
+
+
+def test_mapped_load_catches_a_flipped_byte(tmp_path):
+    w = torch.randn(512, 512)
+    torch.save({"w": w}, tmp_path / "m.pt")
+    zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
+    data = bytearray((tmp_path / "m.zckpt").read_bytes())
+    data[_payload_offset(data, w) + 70000] ^= 8
+    (tmp_path / "bad.zckpt").write_bytes(bytes(data))
+    with pytest.raises(zckpt.CorruptError) as e:
+        zckpt.load(tmp_path / "bad.zckpt", mmap=True)
+    assert e.value.file == str(tmp_path / "bad.zckpt") and e.value.chunk is not None
+    assert zckpt.load(tmp_path / "bad.zckpt", mmap=True, verify=False)["w"].shape == (512, 512)
