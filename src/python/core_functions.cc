@@ -217,6 +217,21 @@ void BindErrors(const ErrorClasses& classes) {
   });
 }
 
+py::dict SaveStatsDict(const std::string& path, const SaveStats& s) {
+  py::dict out;
+  out["destination"] = path;
+  out["storages"] = s.storages;
+  out["tensors"] = s.tensors;
+  out["raw_bytes"] = s.written.raw_bytes;
+  out["file_bytes"] = s.written.file_bytes;
+  out["chunks"] = s.written.chunks;
+  out["compressed_chunks"] = s.written.compressed_chunks;
+  out["cuda_bytes"] = s.cuda_bytes;
+  out["cuda_ring_bytes"] = s.cuda_ring_bytes;
+  out["seconds"] = s.seconds;
+  return out;
+}
+
 void BindCommon(py::module_& m, py::class_<Container, std::shared_ptr<Container>>& checkpoint) {
   checkpoint.def_property_readonly("path", &Container::path)
       .def("describe", [](const Container& c) { return Describe(&c); })

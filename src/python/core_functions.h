@@ -15,6 +15,7 @@
 
 #include "zckpt/container.h"
 #include "zckpt/error.h"
+#include "zckpt/save_options.h"
 
 namespace zckpt::python {
 
@@ -37,6 +38,9 @@ void BindErrors(const ErrorClasses& classes);
 // once `_C` is loaded it hands `_core` its subclass that is also a torch.OutOfMemoryError, so
 // resume code catches an out-of-memory error from either module as it catches torch's own.
 void SetOutOfMemoryClass(const py::object& cls);
+
+// What zckpt.save returns: `path` as "destination" and SaveStats' figures.
+py::dict SaveStatsDict(const std::string& path, const SaveStats& s);
 
 // The module functions and Checkpoint methods both modules have: describe, tensor_records,
 // vetted_pickle, read_blob, convert, export, verify and the object-store helpers.

@@ -2,7 +2,8 @@
 // torch (convert, export, verify, describe, the object store) runs here, and so does every load
 // into host memory: the Python layer allocates each storage (HostBuffer, or torch's own memory)
 // and LoadStoragesToHost fills it through its address; a mapped load (mmap=True) hands out views
-// of the file's copy-on-write mapping (MappedBytes). Built with Debian's pybind11 against the
+// of the file's copy-on-write mapping (MappedBytes); zckpt.save of host storages writes through
+// save::SavePickledBytes. Built with Debian's pybind11 against the
 // torch-free static layers only: `import zckpt._core` works where torch is not installed.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,6 +20,7 @@
 #include "loader/host_load.h"
 #include "loader/map_verify.h"
 #include "loader/mapping.h"
+#include "save/save_pickled.h"
 #include "python/core_functions.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
@@ -142,6 +144,36 @@ py::dict MapStorages(const Container& c, bool verify, std::optional<unsigned> th
   return d;
 }
 
+// zckpt.save of host storages: the pickle torch's pickler made, each storage by (address, bytes)
+// (the caller keeps them alive for the call), the archive's other records as torch's zip writer
+// made them (zckpt/_save.py). Writes with the GIL released; returns SaveStats as a dict.
+py::dict SavePickled(const std::string& path, const py::bytes& pickle,
+                     const std::map<std::string, std::pair<uintptr_t, uint64_t>>& storages,
+                     const std::vector<std::string>& records_before, const std::vector<std::string>& records_after,
+                     const std::map<std::string, py::bytes>& record_bytes, const std::string& prefix,
+                     const std::map<std::string, std::string>& metadata, uint64_t chunk_bytes, int zstd_level,
+                     unsigned threads) {
+  save::PickledBytes checkpoint;
+  checkpoint.pickle = pickle;
+  for (const auto& [key, where] : storages)
+    checkpoint.storages[key] = {reinterpret_cast<const uint8_t*>(where.first), where.second, -1};
+  checkpoint.records_before = records_before;
+  checkpoint.records_after = records_after;
+  for (const auto& [name, bytes] : record_bytes) checkpoint.record_bytes[name] = bytes;
+  checkpoint.prefix = prefix;
+  checkpoint.metadata = metadata;
+  SaveOptions options;
+  if (chunk_bytes) options.writer.chunk_bytes = chunk_bytes;
+  options.writer.zstd_level = zstd_level;
+  options.writer.threads = threads;
+  SaveStats s;
+  {
+    py::gil_scoped_release release;
+    s = save::SavePickledBytes(path, checkpoint, options);
+  }
+  return SaveStatsDict(path, s);
+}
+
 }  // namespace
 }  // namespace zckpt::python
 
@@ -163,6 +195,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OutOfMemoryError") = oom;
   zckpt::python::BindErrors({base, corrupt, unsafe, oom});
   m.def("set_out_of_memory_error", &zckpt::python::SetOutOfMemoryClass, py::arg("cls"));
+  m.def("save_pickled", &zckpt::python::SavePickled, py::arg("path"), py::arg("pickle"), py::arg("storages"),
+        py::arg("records_before"), py::arg("records_after"), py::arg("record_bytes"), py::arg("prefix"),
+        py::arg("metadata"), py::arg("chunk_bytes") = 0, py::arg("zstd_level") = 0, py::arg("threads") = 0);
 
   py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol(), py::module_local())
       .def(py::init<uint64_t>(), py::arg("bytes"))

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "python/core_functions.h"
 #include "zckpt/error.h"
 #include "zckpt/save.h"
 
@@ -30,21 +31,6 @@ SaveOptions MakeOptions(uint64_t chunk_bytes, int zstd_level, unsigned threads, 
   return options;
 }
 
-py::dict StatsToDict(const std::string& path, const SaveStats& s) {
-  py::dict out;
-  out["destination"] = path;
-  out["storages"] = s.storages;
-  out["tensors"] = s.tensors;
-  out["raw_bytes"] = s.written.raw_bytes;
-  out["file_bytes"] = s.written.file_bytes;
-  out["chunks"] = s.written.chunks;
-  out["compressed_chunks"] = s.written.compressed_chunks;
-  out["cuda_bytes"] = s.cuda_bytes;
-  out["cuda_ring_bytes"] = s.cuda_ring_bytes;
-  out["seconds"] = s.seconds;
-  return out;
-}
-
 py::dict SavePickledPy(const std::string& path, const py::bytes& pickle, const std::map<std::string, at::Tensor>& storages,
                        const std::vector<std::pair<std::string, py::bytes>>& records, const std::string& prefix,
                        const std::map<std::string, std::string>& metadata, uint64_t chunk_bytes, int zstd_level,
@@ -61,7 +47,7 @@ py::dict SavePickledPy(const std::string& path, const py::bytes& pickle, const s
     py::gil_scoped_release release;
     stats = SavePickled(path, checkpoint, options);
   }
-  return StatsToDict(path, stats);
+  return python::SaveStatsDict(path, stats);
 }
 
 py::dict SaveTensorsPy(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
@@ -73,7 +59,7 @@ py::dict SaveTensorsPy(const std::string& path, const std::vector<std::pair<std:
     py::gil_scoped_release release;
     stats = Save(path, tensors, metadata, options);
   }
-  return StatsToDict(path, stats);
+  return python::SaveStatsDict(path, stats);
 }
 
 // AsyncSaver's snapshot of CPU storages: plain memcpy (torch's copy_ of uint8 runs a

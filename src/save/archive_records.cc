@@ -10,19 +10,8 @@
 
 namespace zckpt::save {
 
-std::string ArchivePrefix(const std::string& path) {
-  for (unsigned char c : path)
-    if (c >= 0x80) return "archive";
-  size_t slash = path.find_last_of("/\\");  // torch's basename splits at both
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  size_t dot = base.rfind('.');
-  std::string stem = dot == std::string::npos ? base : base.substr(0, dot);
-  return stem.empty() ? "archive" : stem;
-}
-
 ArchiveRecords MakeArchiveRecords(const std::string& pickle,
-                                  const std::vector<std::pair<std::string, std::string>>& leading,
-                                  const std::vector<std::string>& storage_keys) {
+                                  const std::vector<std::pair<std::string, std::string>>& leading) {
   const std::string object_pickle = "data.pkl";
   ArchiveRecords out;
   std::string zip;
@@ -48,9 +37,8 @@ ArchiveRecords MakeArchiveRecords(const std::string& pickle,
     const size_t ours = 1 + leading.size();
     if (written.size() < ours || written[0] != object_pickle)
       throw Error(ErrorKind::kIo, "torch's zip writer did not keep the records in the order written");
-    out.names.assign(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(ours));
-    for (const std::string& key : storage_keys) out.names.push_back("data/" + key);
-    out.names.insert(out.names.end(), written.begin() + static_cast<std::ptrdiff_t>(ours), written.end());
+    out.before.assign(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(ours));
+    out.after.assign(written.begin() + static_cast<std::ptrdiff_t>(ours), written.end());
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::kInvalidArgument, std::string("torch's zip writer: ") + e.what_without_backtrace());
   }

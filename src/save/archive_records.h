@@ -10,22 +10,17 @@
 
 namespace zckpt::save {
 
+// The archive's records other than the storages, as torch's zip writer makes them.
 struct ArchiveRecords {
-  std::vector<std::string> names;            // archive order, prefix excluded
-  std::map<std::string, std::string> bytes;  // every record but the storages (data.pkl included)
+  std::vector<std::string> before;           // data.pkl, then the leading records, in order
+  std::vector<std::string> after;            // what the writer adds at its end (version, ...)
+  std::map<std::string, std::string> bytes;  // every one of them (data.pkl included)
 };
 
-// The record prefix torch.save(obj, path) writes: the file's base name without its last
-// extension (c10's basename), "archive" where torch writes through a stream (a path that is not
-// ASCII) or the stem is empty.
-std::string ArchivePrefix(const std::string& path);
-
-// data.pkl, then `leading` (the records torch.save writes before the storages), then
-// `data/<key>` for each of `storage_keys`, then whatever torch's writer adds at its end of file.
-// The storages' bytes are not written anywhere (only the small records go through an in-memory
-// archive of a few hundred bytes plus the pickle).
+// data.pkl, then `leading` (the records torch.save writes before the storages); the storages go
+// between `before` and `after` (save_pickled.h). Only the small records go through an in-memory
+// archive of a few hundred bytes plus the pickle.
 ArchiveRecords MakeArchiveRecords(const std::string& pickle,
-                                  const std::vector<std::pair<std::string, std::string>>& leading,
-                                  const std::vector<std::string>& storage_keys);
+                                  const std::vector<std::pair<std::string, std::string>>& leading);
 
 }  // namespace zckpt::save

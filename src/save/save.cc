@@ -1,6 +1,6 @@
-// zckpt::Save / SavePickled: a torch.save pickle and its storages -> container, through the
-// converter's own code (checkpoint::WriteZipContainer) with the storages read from memory instead
-// of from a `.pt` file.
+// zckpt::Save / SavePickled: the torch side of a save (LibTorch's pickler for Save, torch's zip
+// writer for the archive's small records, CUDA storages through the pinned ring); the writing
+// itself is the torch-free save::SavePickledBytes (save_pickled.cc).
 #include "zckpt/save.h"
 
 #include <ATen/ops/empty.h>
@@ -9,15 +9,12 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <bit>
-#include <chrono>
 #include <set>
 #include <unordered_map>
 
-#include "checkpoint/zip_container.h"
-#include "pickle/torch_model.h"
-#include "pickle/unpickler.h"
 #include "save/archive_records.h"
 #include "save/device_reader.h"
+#include "save/save_pickled.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -26,120 +23,49 @@ namespace {
 
 [[noreturn]] void Invalid(const std::string& what) { throw Error(ErrorKind::kInvalidArgument, what); }
 
-std::span<const uint8_t> AsBytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-// The checkpoint's side of checkpoint::ZipParts: records from memory, storages from tensors. CPU
-// storages are handed to the writer from their own memory (it copies chunk by chunk into its
-// hashing pipeline, never the whole storage); CUDA storages go through the pinned ring.
-class TensorParts final : public checkpoint::ZipParts {
- public:
-  TensorParts(const PickledCheckpoint& checkpoint, const save::ArchiveRecords& records, const SaveOptions& options,
-              const std::string& path, SaveStats& stats)
-      : checkpoint_(checkpoint), records_(records), options_(options), path_(path), stats_(stats) {}
-
-  std::span<const uint8_t> Record(const std::string& name) override {
-    auto it = records_.bytes.find(name);
-    if (it == records_.bytes.end()) Invalid(path_ + ": no bytes for record '" + name + "'");
-    return AsBytes(it->second);
-  }
-
-  void WriteStorage(const pickle::TorchStorage& s, ContainerWriter& writer) override {
-    const at::Tensor& t = checkpoint_.storages.at(s.key);  // checked by CheckStorages
-    NewStorage ns = checkpoint::StorageRecordOf(s);
-    const auto* data = static_cast<const uint8_t*>(t.const_data_ptr());
-    if (t.device().is_cpu()) {
-      writer.AddStorage(ns, std::span<const uint8_t>(data, s.nbytes));
-      return;
-    }
-    if (!reader_) {
-      reader_ = save::MakeCudaReader(options_.cuda_slots, options_.cuda_slot_bytes);
-    }
-    writer.BeginStorage(ns, s.nbytes);
-    reader_->Read(data, s.nbytes, t.device().index(), [&](std::span<const uint8_t> piece) { writer.AppendStorage(piece); });
-    writer.EndStorage();
-    stats_.cuda_bytes += s.nbytes;
-    stats_.cuda_ring_bytes = reader_->ring_bytes();
-  }
-
- private:
-  const PickledCheckpoint& checkpoint_;
-  const save::ArchiveRecords& records_;
-  const SaveOptions& options_;
-  const std::string& path_;
-  SaveStats& stats_;
-  std::unique_ptr<save::DeviceReader> reader_;
-};
-
-// Every storage the pickle names is supplied, as a whole 1-D uint8 tensor of the size the pickle
-// claims, on a device the parts can read; nothing else is supplied.
-void CheckStorages(const std::string& path, const pickle::TorchPickle& model, const PickledCheckpoint& checkpoint) {
-  std::set<std::string> named;
-  for (const pickle::TorchStorage& s : model.storages) {
-    named.insert(s.key);
-    auto it = checkpoint.storages.find(s.key);
-    if (it == checkpoint.storages.end()) Invalid(path + ": the pickle names storage '" + s.key + "', which was not supplied");
-    const at::Tensor& t = it->second;
-    if (!t.defined() || t.scalar_type() != at::kByte || t.dim() != 1 || !t.is_contiguous())
-      Invalid(path + ": storage '" + s.key + "' must be given as a contiguous 1-D uint8 tensor");
-    if (static_cast<uint64_t>(t.numel()) != s.nbytes)
-      Invalid(path + ": storage '" + s.key + "' holds " + std::to_string(t.numel()) + " bytes but the pickle claims " +
-              std::to_string(s.nbytes) + " (" + std::to_string(s.numel) + " x " + std::string(DTypeName(s.dtype)) + ")");
-    if (!t.device().is_cpu() && !t.device().is_cuda())
-      throw Error(ErrorKind::kUnsupported, path + ": storage '" + s.key + "' is on " + t.device().str() +
-                                               " (zckpt saves from cpu and cuda)");
-  }
-  for (const auto& [key, t] : checkpoint.storages)
-    if (!named.count(key)) Invalid(path + ": storage '" + key + "' was supplied but the pickle does not name it");
-}
-
-void CheckMetadata(const std::string& path, const std::map<std::string, std::string>& metadata) {
-  for (const auto& [key, value] : metadata)
-    if (key.rfind("zckpt.", 0) == 0) Invalid(path + ": metadata key '" + key + "' is reserved (zckpt.*)");
-}
-
-// Names every error after the destination, as the converter names its source.
+// save::NamingPath, torch's own errors (c10::Error) as kIo naming `path` too.
 template <typename F>
-auto NamingPath(const std::string& path, F&& f) -> decltype(f()) {
+auto NamingPathAndTorch(const std::string& path, F&& f) -> decltype(f()) {
   try {
-    return f();
-  } catch (const Error& e) {
-    std::string what = e.what();
-    if (what.find(path) == std::string::npos) what = path + ": " + what;
-    throw Error(e.kind(), what);
+    return save::NamingPath(path, f);
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::kIo, path + ": torch: " + e.what_without_backtrace());
   }
 }
 
+// Each supplied storage as the torch-free core takes it: a whole 1-D uint8 tensor on the CPU or a
+// CUDA device, by address (its size is checked against the pickle there).
+std::map<std::string, save::StorageBytes> StorageBytesOf(const std::string& path,
+                                                         const std::map<std::string, at::Tensor>& storages) {
+  std::map<std::string, save::StorageBytes> out;
+  for (const auto& [key, t] : storages) {
+    if (!t.defined() || t.scalar_type() != at::kByte || t.dim() != 1 || !t.is_contiguous())
+      Invalid(path + ": storage '" + key + "' must be given as a contiguous 1-D uint8 tensor");
+    if (!t.device().is_cpu() && !t.device().is_cuda())
+      throw Error(ErrorKind::kUnsupported, path + ": storage '" + key + "' is on " + t.device().str() +
+                                               " (zckpt saves from cpu and cuda)");
+    out[key] = {static_cast<const uint8_t*>(t.const_data_ptr()), static_cast<uint64_t>(t.numel()),
+                t.device().is_cuda() ? t.device().index() : -1};
+  }
+  return out;
+}
+
 }  // namespace
 
 SaveStats SavePickled(const std::string& path, const PickledCheckpoint& checkpoint, const SaveOptions& options) {
-  return NamingPath(path, [&] {
-    auto t0 = std::chrono::steady_clock::now();
-    CheckMetadata(path, checkpoint.metadata);
-    // The converter's reading of the pickle: storages and tensor records exactly as `zckpt
-    // convert` derives them from the equivalent .pt file.
-    pickle::UnpickleResult tree = pickle::Unpickle(AsBytes(checkpoint.pickle));
-    pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
-    CheckStorages(path, model, checkpoint);
-    std::vector<std::string> keys;
-    for (const pickle::TorchStorage& s : model.storages) keys.push_back(s.key);
-    save::ArchiveRecords records = save::MakeArchiveRecords(checkpoint.pickle, checkpoint.records, keys);
-
-    SaveStats stats;
-    ContainerWriter writer(path, options.writer);
-    TensorParts parts(checkpoint, records, options, path, stats);
-    checkpoint::ZipCounts counts = checkpoint::WriteZipContainer(
-        writer, model, records.names, checkpoint.prefix.empty() ? save::ArchivePrefix(path) : checkpoint.prefix, parts,
-        ErrorKind::kInvalidArgument);
-    for (const auto& [key, value] : checkpoint.metadata) writer.SetMetadata(key, value);
-    stats.written = writer.Commit();
-    stats.storages = counts.storages;
-    stats.tensors = counts.tensors;
-    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return stats;
+  return NamingPathAndTorch(path, [&] {
+    save::PickledBytes bytes;
+    bytes.pickle = checkpoint.pickle;
+    bytes.storages = StorageBytesOf(path, checkpoint.storages);
+    save::ArchiveRecords records = save::MakeArchiveRecords(checkpoint.pickle, checkpoint.records);
+    bytes.records_before = std::move(records.before);
+    bytes.records_after = std::move(records.after);
+    bytes.record_bytes = std::move(records.bytes);
+    bytes.prefix = checkpoint.prefix;
+    bytes.metadata = checkpoint.metadata;
+    return save::SavePickledBytes(path, bytes, options, [&] {
+      return save::MakeCudaReader(options.cuda_slots, options.cuda_slot_bytes);
+    });
   });
 }
 
@@ -170,7 +96,7 @@ void CheckSaveable(const std::string& path, const std::vector<std::pair<std::str
 SaveStats Save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                const std::map<std::string, std::string>& metadata, const SaveOptions& options) {
   PickledCheckpoint checkpoint;
-  NamingPath(path, [&] {
+  NamingPathAndTorch(path, [&] {
     CheckSaveable(path, tensors);
     // A plain dict {name: tensor}, pickled by LibTorch's own pickler the way torch.save pickles
     // tensors (_rebuild_tensor_v2 + ('storage', torch.FloatStorage, key, location, numel)), no

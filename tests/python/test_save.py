@@ -25,7 +25,7 @@ import zckpt
 import zckpt_testing
 from test_cpp_tree import deep_recursion, opaque_described, project, sets_sorted  # noqa: F401 (fixture)
 from torch_family import assert_deep_equal, diff
-from zckpt import _C
+from zckpt import _C, _core
 
 NAMES = [f.name for f in torch_family.FAMILY]
 # Load refuses quantized tensors (LoadStorages + torch's unpickler rebuild them): no C++ tree.
@@ -289,17 +289,18 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
 
 @pytest.fixture
 def held_writes(monkeypatch):
-    """Background writes wait until `release()`: a test can act while a write is pending."""
+    """Background writes wait until `release()`: a test can act while a write is pending. The
+    write of a snapshot (host memory) is the torch-free core's."""
     gate = threading.Event()
     started = threading.Event()
-    real = _C.save_pickled
+    real = _core.save_pickled
 
     def held(*args, **kwargs):
         started.set()
         assert gate.wait(60), "test never released the write"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_C, "save_pickled", held)
+    monkeypatch.setattr(_core, "save_pickled", held)
     yield gate, started
     gate.set()
 

@@ -202,3 +202,66 @@ def test_mapped_load_catches_a_flipped_byte(tmp_path):
         zckpt.load(tmp_path / "bad.zckpt", mmap=True)
     assert e.value.file == str(tmp_path / "bad.zckpt") and e.value.chunk is not None
     assert zckpt.load(tmp_path / "bad.zckpt", mmap=True, verify=False)["w"].shape == (512, 512)
+
+
+def test_the_built_package_in_a_venv_without_torch(tmp_path):
+    """Not a blocked import but an environment that has no torch: a bare virtualenv of the same
+    Python, the built package on its path (as an install puts it on sys.path)."""
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    state = {"w": torch.randn(1000, 33), "i": torch.arange(5)}
+    torch.save(state, tmp_path / "m.pt")
+    package_root = os.path.dirname(os.path.dirname(zckpt.__file__))
+    code = f"""
+        import importlib.util, json, sys
+        assert importlib.util.find_spec("torch") is None, "torch is importable in the bare venv"
+        import zckpt
+        zckpt.convert({str(tmp_path / 'm.pt')!r}, {str(tmp_path / 'm.zckpt')!r})
+        assert zckpt.verify({str(tmp_path / 'm.zckpt')!r}) == []
+        zckpt.export({str(tmp_path / 'm.zckpt')!r}, {str(tmp_path / 'back.pt')!r})
+        try:
+            zckpt.load({str(tmp_path / 'm.zckpt')!r})
+            print("loaded without torch")
+        except ImportError as e:
+            print(e)
+    """
+    r = subprocess.run([str(python), "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": package_root, "PATH": os.environ.get("PATH", "")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("zckpt.load needs torch"), r.stdout
+    back = torch.load(tmp_path / "back.pt")
+    assert torch.equal(back["w"], state["w"]) and torch.equal(back["i"], state["i"])
+
+
+def test_save_of_host_state_runs_on_the_torch_free_core(tmp_path, monkeypatch):
+    """zckpt.save of CPU tensors never reaches `_C` (its writer is made to fail), and what it
+    writes is what torch.save writes: export gives a file torch.load reads back equal, with the
+    same records torch's zip writer made."""
+    from zckpt import _C
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("_C.save_pickled called for host storages")
+
+    monkeypatch.setattr(_C, "save_pickled", refuse)
+    w = torch.randn(300, 300)
+    state = {"w": w, "t": w.t(), "i": torch.arange(4), "step": 7, "empty": torch.empty(0, 3)}
+    stats = zckpt.save(state, tmp_path / "s.zckpt", metadata={"run": "r1"})
+    assert stats["storages"] == 3 and stats["tensors"] == 4
+    assert zckpt.verify(tmp_path / "s.zckpt") == []
+    zckpt.export(tmp_path / "s.zckpt", tmp_path / "back.pt")
+    torch.save(state, tmp_path / "ref.pt")
+    _equal_trees(torch.load(tmp_path / "ref.pt"), torch.load(tmp_path / "back.pt"))
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "back.pt") as a, zipfile.ZipFile(tmp_path / "ref.pt") as b:
+        names = lambda z: [n.split("/", 1)[1] for n in z.namelist()]  # noqa: E731 (prefixes differ)
+        assert names(a) == names(b)
+        for ours, theirs in zip(a.namelist(), b.namelist()):
+            if ours.endswith(("data.pkl", "/version", "byteorder", ".format_version")):
+                assert a.read(ours) == b.read(theirs), ours
+    fut = zckpt.async_save(state, tmp_path / "a.zckpt")
+    assert fut.result(timeout=60)["tensors"] == 4
+    _equal_trees(zckpt.load(tmp_path / "a.zckpt", weights_only=False), zckpt.load(tmp_path / "s.zckpt"))

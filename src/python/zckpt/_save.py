@@ -4,7 +4,9 @@ The object is pickled the way torch.save pickles it (torch.serialization._save's
 for storages, mirrored below), so the kept pickle is byte for byte the data.pkl torch.save would
 write, and the container is the one `zckpt convert` makes of that torch.save file: the C++ side
 derives storages and tensor records from this pickle with zckpt's own interpreter (the
-converter's code), and takes the small records torch's zip writer adds from that writer. So
+converter's code), and takes the small records torch's zip writer adds from that writer
+(_archive_records). Host storages are written by the torch-free core (`_core`), by address;
+a checkpoint with CUDA storages goes through `_C` and its pinned ring. So
 zckpt.load, zckpt::Load and `zckpt export` + torch.load all give back what torch.load of a
 torch.save file gives.
 """
@@ -18,6 +20,7 @@ import threading
 import torch
 import torch.serialization as _serialization
 
+from . import _core
 from ._ext import _C
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
@@ -82,6 +85,34 @@ def _leading_records():
             ("byteorder", sys.byteorder.encode())]
 
 
+def _archive_records(pickle_bytes):
+    """(records before the storages, records after them, {name: bytes} of every one) of the
+    zip archive torch.save would write for this pickle, made by torch's own zip writer: data.pkl
+    and _leading_records() come first; the writer adds its own at the end (version,
+    .data/serialization_id). Only these few hundred bytes plus the pickle go through it."""
+    leading = _leading_records()
+    buf = io.BytesIO()
+    writer = torch._C.PyTorchFileWriter(buf)
+    for name, data in [("data.pkl", pickle_bytes)] + leading:
+        writer.write_record(name, data, len(data))
+    writer.write_end_of_file()
+    reader = torch._C.PyTorchFileReader(io.BytesIO(buf.getvalue()))
+    names = reader.get_all_records()
+    ours = 1 + len(leading)
+    if names[:ours] != ["data.pkl"] + [name for name, _ in leading]:
+        raise RuntimeError(f"torch's zip writer did not keep the records in the order written: {names}")
+    return names[:ours], names[ours:], {name: reader.get_record(name) for name in names}
+
+
+def _save_host(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_level, threads):
+    """The write of a pickle whose storages (`storages`: key -> 1-D uint8 CPU tensor, kept alive
+    by the caller for the call) are all in host memory, by the torch-free core."""
+    before, after, records = _archive_records(pickle_bytes)
+    where = {key: (t.data_ptr(), t.numel()) for key, t in storages.items()}
+    return _core.save_pickled(path, pickle_bytes, where, before, after, records, "", dict(metadata or {}),
+                              chunk_bytes, zstd_level, threads)
+
+
 def _bytes_of(storage):
     """A 1-D uint8 tensor over all of `storage`, where it lives (cpu, cuda). Storages elsewhere
     (mps, xpu, ...) are copied to the CPU first, as torch.save does."""
@@ -116,6 +147,8 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     _check_options(chunk_bytes, zstd_level, threads)
     data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
     tensors = {key: _bytes_of(s) for key, s in storages.items()}
+    if all(t.device.type == "cpu" for t in tensors.values()):
+        return _save_host(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
     return _C.save_pickled(path, data, tensors, _leading_records(), "", dict(metadata or {}),
                            chunk_bytes, zstd_level, threads)
 
@@ -163,8 +196,8 @@ class AsyncSaver:
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                                        thread_name_prefix="zckpt-async-save")
-            self._pending = self._executor.submit(_C.save_pickled, path, data, host, _leading_records(),
-                                                  "", dict(metadata or {}), chunk_bytes, zstd_level,
+            # The snapshot is host memory whatever the source; `host` is held by the call.
+            self._pending = self._executor.submit(_save_host, path, data, host, metadata, chunk_bytes, zstd_level,
                                                   threads)
             return self._pending
 
