@@ -235,16 +235,16 @@ class AsyncSaver:
             self._buffer = buf = None  # the old buffer goes before the new one comes
             buf = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pinned)
             self._buffer = buf
-        host, cpu_dsts, cpu_srcs = {}, [], []
+        host, cpu_copies = {}, []
         for key, src in sources.items():
             offset, n = layout[key]
             host[key] = dst = buf[offset:offset + n]
             if src.device.type == "cpu":
-                cpu_dsts.append(dst)
-                cpu_srcs.append(src)
+                if n:
+                    cpu_copies.append((dst.data_ptr(), src.data_ptr(), n))
             elif n:
                 dst.copy_(src, non_blocking=True)
-        _C.copy_host_bytes(cpu_dsts, cpu_srcs, threads)
+        _core.copy_host_bytes(cpu_copies, threads)  # `sources` and `buf` hold both sides
         for device in cuda_devices:  # the copies were queued on torch's current streams
             torch.cuda.current_stream(device).synchronize()
         return host
