@@ -1,4 +1,5 @@
-"""Refuses to import zckpt under a torch it was not built for.
+"""Refuses zckpt._C under a torch it was not built for (_ext.py asks before importing it: at
+the first call that needs it; `import zckpt` and the torch-free `_core` are not concerned).
 
 zckpt._C and libzckpt link LibTorch's C++ libraries, whose ABI holds only within one torch
 release line: under another one they fail to load with an undefined symbol, or load and
