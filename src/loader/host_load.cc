@@ -1,5 +1,6 @@
 #include "loader/host_load.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -44,6 +45,40 @@ LoadStats LoadStoragesToHost(const Container& c, const std::vector<HostStorage>&
   d.Finish();
   LoadStats stats = StreamChunks(c, d, options, /*cuda_devices=*/{});
   stats.storages = storages.size();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+LoadStats LoadRangesToHost(const Container& c, const std::vector<HostRange>& ranges, const LoadOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  ResolveContainerLoad(options, c);
+  const uint64_t chunk_bytes = c.superblock().chunk_bytes;
+  std::vector<std::pair<uint64_t, Piece>> pieces;
+  std::vector<bool> touched(c.storage_count(), false);
+  for (const HostRange& r : ranges) {
+    if (r.storage >= c.storage_count())
+      throw Error(ErrorKind::kInvalidArgument, c.path() + ": no storage index " + std::to_string(r.storage));
+    StorageInfo info = c.storage(r.storage);
+    if (r.begin > r.end || r.end > info.raw_bytes || (r.end > r.begin && !r.dst))
+      throw Error(ErrorKind::kInvalidArgument, c.path() + ": storage '" + std::string(info.key) + "' holds " +
+                                                   std::to_string(info.raw_bytes) + " bytes, not the range [" +
+                                                   std::to_string(r.begin) + ", " + std::to_string(r.end) + ")");
+    if (r.end == r.begin) continue;
+    touched[r.storage] = true;
+    for (uint64_t k = r.begin / chunk_bytes; k * chunk_bytes < r.end; ++k) {
+      uint64_t chunk_begin = k * chunk_bytes;
+      uint64_t lo = std::max(chunk_begin, r.begin);
+      uint64_t hi = std::min(chunk_begin + chunk_bytes, r.end);
+      Piece p;
+      p.chunk_offset = lo - chunk_begin;
+      p.bytes = hi - lo;
+      p.dst = r.dst + (lo - r.begin);
+      pieces.emplace_back(info.first_chunk + k, p);
+    }
+  }
+  Destinations d(c.chunk_count(), std::move(pieces));
+  LoadStats stats = StreamChunks(c, d, options, /*cuda_devices=*/{});
+  stats.storages = static_cast<uint64_t>(std::count(touched.begin(), touched.end(), true));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }

@@ -29,4 +29,20 @@ struct HostStorage {
 // moves. Fills the pipeline fields of LoadStats plus storages and seconds.
 LoadStats LoadStoragesToHost(const Container& c, const std::vector<HostStorage>& storages, const LoadOptions& options);
 
+// Where one byte range of a storage goes: bytes [begin, end) of storage `storage` (raw offsets)
+// to `dst`, which holds end - begin writable bytes. load_into's CPU targets: a tensor record's
+// byte range, straight into the tensor's memory or into a staging buffer.
+struct HostRange {
+  uint32_t storage = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint8_t* dst = nullptr;
+};
+
+// One streaming pass filling every listed range (ranges may overlap each other in the file; only
+// the chunks they touch are read, each checked unless `options.verify` is false). A range outside
+// its storage, or a null dst for a non-empty range, is kInvalidArgument before any byte moves.
+// Fills the pipeline fields of LoadStats plus seconds (storages: those touched).
+LoadStats LoadRangesToHost(const Container& c, const std::vector<HostRange>& ranges, const LoadOptions& options);
+
 }  // namespace zckpt::loader

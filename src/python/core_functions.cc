@@ -3,7 +3,10 @@
 #include <exception>
 #include <utility>
 
+#include "checkpoint/folder.h"
 #include "checkpoint/object_pickle.h"
+#include "common/atomic_file.h"
+#include "common/mapped_file.h"
 #include "checkpoint/source_kind.h"
 #include "zckpt/convert.h"
 #include "zckpt/format.h"
@@ -70,6 +73,12 @@ py::list TensorRecords(const Container* c) {
     d["stride"] = t.stride;
     d["flags"] = t.flags;
     d["extra"] = std::string(t.extra);
+    // Where its bytes lie: the storage's index in the file and the raw byte range the view
+    // touches (empty for no elements), for load_into's host path.
+    d["storage"] = t.storage;
+    d["storage_offset"] = t.storage_offset;
+    d["byte_begin"] = t.byte_begin;
+    d["byte_end"] = t.byte_end;
     out.append(d);
   }
   return out;
@@ -232,6 +241,28 @@ py::dict SaveStatsDict(const std::string& path, const SaveStats& s) {
   return out;
 }
 
+namespace {
+
+// The files the Python side reads and writes beside containers (DCP's .metadata, a checkpoint
+// folder's other files), under the C++ readers' and writers' rules: only a regular file is read
+// (a FIFO or device is refused, never blocks), a file that shrinks while read is an error naming
+// it, and a destination appears whole or not at all, never replacing a non-regular file.
+py::bytes ReadRegularFile(const std::string& path) {
+  MappedFile file(path);
+  std::string bytes(file.size(), '\0');
+  file.ReadAt(0, bytes.size(), bytes.data());
+  return py::bytes(bytes);
+}
+
+void WriteFileAtomically(const std::string& path, const py::bytes& data) {
+  std::string_view v = data;
+  AtomicFile out(path);
+  out.Write(v.data(), v.size());
+  out.Commit();
+}
+
+}  // namespace
+
 void BindCommon(py::module_& m, py::class_<Container, std::shared_ptr<Container>>& checkpoint) {
   checkpoint.def_property_readonly("path", &Container::path)
       .def("describe", [](const Container& c) { return Describe(&c); })
@@ -285,6 +316,9 @@ void BindCommon(py::module_& m, py::class_<Container, std::shared_ptr<Container>
     py::gil_scoped_release release;
     WriteObject(url, bytes);
   }, py::arg("url"), py::arg("data"));
+  m.def("read_regular_file", &ReadRegularFile, py::arg("path"));
+  m.def("write_file_atomically", &WriteFileAtomically, py::arg("path"), py::arg("data"));
+  m.def("copy_file_atomically", &checkpoint::CopyFileTo, py::arg("src"), py::arg("dst"));
 }
 
 }  // namespace zckpt::python

@@ -69,6 +69,38 @@ LoadOptions RingOptions(bool verify, std::optional<unsigned> threads, std::optio
   return o;
 }
 
+// Every chunk of the open file checked (Container::Verify), for a weight iterator that must not
+// hand out a first tensor from a file that is damaged further on: CorruptError listing every
+// problem, each naming storage, tensors and byte range.
+void VerifyChunks(const Container& c, std::optional<unsigned> threads) {
+  VerifyReport report;
+  {
+    py::gil_scoped_release release;
+    VerifyOptions options;
+    options.threads = threads;
+    report = c.Verify(options);
+  }
+  if (report.ok()) return;
+  std::string msg = c.path() + ": verified before the first tensor was handed out: " +
+                    std::to_string(report.problems.size()) + " problem(s):";
+  for (const auto& p : report.problems) msg += "\n  " + p.message;
+  throw Error(ErrorKind::kCorrupt, msg);
+}
+
+// LoadStats' figures of a host load, as a dict.
+py::dict HostLoadStats(const LoadStats& s) {
+  py::dict out;
+  out["raw_bytes"] = s.raw_bytes;
+  out["stored_bytes"] = s.stored_bytes;
+  out["chunks"] = s.chunks;
+  out["uncached_bytes"] = s.uncached_bytes;
+  out["threads"] = s.threads;
+  out["verified"] = s.verified;
+  out["storages"] = s.storages;
+  out["seconds"] = s.seconds;
+  return out;
+}
+
 // (key, address, bytes) per storage to fill: the caller's memory, kept alive by the caller for the
 // call. Returns LoadStats' figures as a dict.
 py::dict LoadHost(const Container& c, const std::vector<std::tuple<std::string, uintptr_t, uint64_t>>& targets,
@@ -88,15 +120,26 @@ py::dict LoadHost(const Container& c, const std::vector<std::tuple<std::string, 
     py::gil_scoped_release release;
     s = loader::LoadStoragesToHost(c, storages, RingOptions(verify, threads, slots, slot_bytes));
   }
-  py::dict out;
-  out["raw_bytes"] = s.raw_bytes;
-  out["stored_bytes"] = s.stored_bytes;
-  out["chunks"] = s.chunks;
-  out["uncached_bytes"] = s.uncached_bytes;
-  out["threads"] = s.threads;
-  out["verified"] = s.verified;
-  out["seconds"] = s.seconds;
-  return out;
+  return HostLoadStats(s);
+}
+
+// (storage index, begin, end, address) per byte range to fill (a tensor record's storage and
+// byte_begin/byte_end): load_into's CPU targets, or the staging buffers of those it cannot write
+// straight. The caller's memory, kept alive by the caller for the call.
+py::dict LoadRangesHost(const Container& c,
+                        const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>>& targets, bool verify,
+                        std::optional<unsigned> threads, std::optional<unsigned> slots,
+                        std::optional<uint64_t> slot_bytes) {
+  std::vector<loader::HostRange> ranges;
+  ranges.reserve(targets.size());
+  for (const auto& [storage, begin, end, address] : targets)
+    ranges.push_back({storage, begin, end, reinterpret_cast<uint8_t*>(address)});
+  LoadStats s;
+  {
+    py::gil_scoped_release release;
+    s = loader::LoadRangesToHost(c, ranges, RingOptions(verify, threads, slots, slot_bytes));
+  }
+  return HostLoadStats(s);
 }
 
 // Bytes of a storage inside the file's copy-on-write mapping (loader::Mapping), which stays mapped
@@ -252,5 +295,8 @@ PYBIND11_MODULE(_core, m) {
   zckpt::python::BindCommon(m, checkpoint);
   checkpoint.def("load_host", &zckpt::python::LoadHost, py::arg("targets"), py::arg("verify") = true,
                  py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
+      .def("load_ranges_host", &zckpt::python::LoadRangesHost, py::arg("targets"), py::arg("verify") = true,
+           py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
+      .def("verify_chunks", &zckpt::python::VerifyChunks, py::arg("threads") = py::none())
       .def("map_storages", &zckpt::python::MapStorages, py::arg("verify") = false, py::arg("threads") = py::none());
 }

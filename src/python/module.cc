@@ -223,17 +223,11 @@ void BindSave(py::module_& m);  // save_bindings.cc
 PYBIND11_MODULE(_C, m) {
   m.doc() = "zckpt C++ core (use the `zckpt` package's functions)";
   // The error classes are the torch-free module's (zckpt._core), so `except zckpt.CorruptError`
-  // catches what either module raises. OutOfMemoryError is a ZckptError that is also a
-  // torch.OutOfMemoryError: resume code catches it as it catches torch's own.
+  // catches what either module raises; OutOfMemoryError is _oom.py's (also torch's).
   py::module_ core = py::module_::import("zckpt._core");
   zckpt::python::ErrorClasses classes{core.attr("ZckptError"), core.attr("CorruptError"), core.attr("UnsafeError"),
                                       py::none()};
-  classes.oom = py::reinterpret_steal<py::object>(PyErr_NewException(
-      "zckpt._C.OutOfMemoryError",
-      py::make_tuple(core.attr("OutOfMemoryError"), py::module_::import("torch").attr("OutOfMemoryError")).ptr(),
-      nullptr));
-  if (!classes.oom) throw py::error_already_set();
-  core.attr("set_out_of_memory_error")(classes.oom);  // `_core`'s loads raise it too
+  classes.oom = py::module_::import("zckpt._oom").attr("OutOfMemoryError");  // `_core`'s too
   m.attr("ZckptError") = classes.base;
   m.attr("CorruptError") = classes.corrupt;
   m.attr("UnsafeError") = classes.unsafe;

@@ -219,24 +219,6 @@ std::string Fsdp1Layout(const std::string& dir, const std::string& files) {
   return Fsdp1OptimLayout(dir, o);
 }
 
-// The files the Python side reads and writes beside containers (DCP's .metadata, a checkpoint
-// folder's other files), under the C++ readers' and writers' rules: only a regular file is read
-// (a FIFO or device is refused, never blocks), a file that shrinks while read is an error naming
-// it, and a destination appears whole or not at all, never replacing a non-regular file.
-py::bytes ReadRegularFile(const std::string& path) {
-  MappedFile file(path);
-  std::string bytes(file.size(), '\0');
-  file.ReadAt(0, bytes.size(), bytes.data());
-  return py::bytes(bytes);
-}
-
-void WriteFileAtomically(const std::string& path, const py::bytes& data) {
-  std::string_view v = data;
-  AtomicFile out(path);
-  out.Write(v.data(), v.size());
-  out.Commit();
-}
-
 }  // namespace
 
 void RegisterSharded(py::module_& m) {
@@ -253,9 +235,6 @@ void RegisterSharded(py::module_& m) {
   m.def("check_dcp_metadata", &CheckDcpMetadata, py::arg("data"), py::arg("what"));
   m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"),
         py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("read_regular_file", &ReadRegularFile, py::arg("path"));
-  m.def("write_file_atomically", &WriteFileAtomically, py::arg("path"), py::arg("data"));
-  m.def("copy_file_atomically", &checkpoint::CopyFileTo, py::arg("src"), py::arg("dst"));
   m.def("fsdp1_layout", &Fsdp1Layout, py::arg("dir"), py::arg("files"));
   m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
 }

@@ -32,7 +32,7 @@ def _convert_cli(src, out):
 
 
 def _table_order(path):
-    return zckpt._C.open(path).describe()["tensors"]
+    return zckpt._core.open(path).describe()["tensors"]
 
 
 def test_safetensors_file_in_file_order(tmp_path):

@@ -193,7 +193,7 @@ def test_listing_pages_and_multipart_bookkeeping(shaped, monkeypatch):
     shaped.put(BUCKET, "list/sub/deeper", b"z")
     monkeypatch.setenv("ZCKPT_S3_LIST_KEYS", "2")  # pages of 2: zckpt follows continuation tokens
     shaped.reset_stats()
-    got = dict(zckpt._C.list_objects(f"s3://{BUCKET}/list/"))
+    got = dict(zckpt._core.list_objects(f"s3://{BUCKET}/list/"))
     assert got == {"k0": 1, "k1": 1, "k2": 1, "k3": 1, "k4": 1, "sub/deeper": 1}, got
     assert shaped.stats()["requests"]["ListObjectsV2"] >= 3
     status, _, body = shaped.request("GET", f"/{BUCKET}?list-type=2&prefix=list/&delimiter=/")

@@ -265,3 +265,79 @@ def test_save_of_host_state_runs_on_the_torch_free_core(tmp_path, monkeypatch):
     fut = zckpt.async_save(state, tmp_path / "a.zckpt")
     assert fut.result(timeout=60)["tensors"] == 4
     _equal_trees(zckpt.load(tmp_path / "a.zckpt", weights_only=False), zckpt.load(tmp_path / "s.zckpt"))
+
+
+def test_cpu_paths_never_import_libzckpt(tmp_path):
+    """In a process where zckpt._C cannot be imported (as under a torch it was not built for),
+    every CPU path works from the torch-free core and gives what torch gives: load (streamed and
+    mapped), load_into of a module, a state dict with views and an optimizer, iter_tensors (plain,
+    verify_first, mmap), save and async_save, and _C is still never imported."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.ReLU(), torch.nn.Linear(300, 8))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 64)).sum().backward()
+    opt.step()
+    w = torch.randn(200, 300)
+    state = {"model": model.state_dict(), "w": w, "wt": w.t(), "rows": w[5:9], "i": torch.arange(7),
+             "c": torch.randn(40, dtype=torch.complex64).conj(), "bf": torch.randn(33).bfloat16(),
+             "empty": torch.empty(0, 3)}
+    torch.save(state, tmp_path / "s.pt")
+    torch.save(opt.state_dict(), tmp_path / "o.pt")
+    zckpt.convert(tmp_path / "s.pt", tmp_path / "s.zckpt")
+    zckpt.convert(tmp_path / "o.pt", tmp_path / "o.zckpt")
+    out = _run(f"""
+        import sys
+        sys.modules['zckpt._C'] = None  # `from . import _C` raises ImportError
+        import torch, zckpt
+        d = {str(tmp_path)!r}
+        ref = torch.load(d + '/s.pt')
+
+        def same(a, b):
+            return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.resolve_conj(), b.resolve_conj())
+
+        for mmap in (False, True):
+            got = zckpt.load(d + '/s.zckpt', mmap=mmap)
+            assert all(same(got[k], ref[k]) for k in ('w', 'wt', 'rows', 'i', 'c', 'bf', 'empty')), mmap
+            assert got['wt'].untyped_storage().data_ptr() == got['w'].untyped_storage().data_ptr()
+            assert got['c'].is_conj()
+
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.ReLU(), torch.nn.Linear(300, 8))
+        ptrs = [p.data_ptr() for p in model.parameters()]
+        versions = [p._version for p in model.parameters()]
+        missing, unexpected = zckpt.load_into(d + '/s.zckpt', {{'model.' + k: v for k, v in model.state_dict(keep_vars=True).items()}}, strict=False)
+        assert missing == [] and sorted(unexpected) == ['bf', 'c', 'empty', 'i', 'rows', 'w', 'wt'], unexpected
+        assert [p.data_ptr() for p in model.parameters()] == ptrs
+        assert all(v > v0 for v, v0 in zip([p._version for p in model.parameters()], versions))
+        assert all(same(v, ref['model'][k]) for k, v in model.state_dict().items())
+
+        target = {{'w': torch.zeros(200, 300), 'wt': torch.zeros(300, 200), 'rows': torch.zeros(4, 300),
+                   'c': torch.zeros(40, dtype=torch.complex64), 'i': torch.zeros(7, dtype=torch.int64),
+                   'bf': torch.zeros(33, dtype=torch.bfloat16), 'empty': torch.zeros(0, 3)}}
+        target['wt'] = torch.zeros(200, 300).t()  # a non-contiguous target: staged, then copied
+        zckpt.load_into(d + '/s.zckpt', target, strict=False)
+        assert all(same(target[k], ref[k]) for k in target), [k for k in target if not same(target[k], ref[k])]
+
+        opt = torch.optim.Adam(model.parameters(), lr=5.0)
+        model(torch.randn(4, 64)).sum().backward()
+        opt.step()
+        zckpt.load_into(d + '/o.zckpt', opt)
+        want = torch.load(d + '/o.pt')
+        assert opt.param_groups[0]['lr'] == 1e-3
+        for i, p in enumerate(model.parameters()):
+            assert same(opt.state[p]['exp_avg'], want['state'][i]['exp_avg'])
+
+        for kw in ({{}}, {{'verify_first': True}}, {{'mmap': True}}):
+            got = dict(zckpt.iter_tensors(d + '/s.zckpt', **kw))
+            assert set(got) == set(ref) - {{'model'}} | {{'model.' + k for k in ref['model']}}, kw
+            assert all(same(got[k], ref[k]) for k in ('w', 'wt', 'rows', 'i', 'c', 'bf', 'empty')), kw
+            assert got['wt'].is_contiguous() or kw.get('mmap')
+
+        zckpt.save(ref, d + '/again.zckpt')
+        zckpt.async_save(ref, d + '/async.zckpt').result(timeout=60)
+        for name in ('again', 'async'):
+            back = zckpt.load(d + '/' + name + '.zckpt')
+            assert all(same(back[k], ref[k]) for k in ('w', 'wt', 'rows', 'c', 'bf')), name
+        print('zckpt._C' in sys.modules and sys.modules['zckpt._C'] is not None, type(zckpt.OutOfMemoryError.__mro__[2]).__name__)
+    """, tmp_path)
+    assert out.split()[0] == "False"

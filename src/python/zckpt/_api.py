@@ -7,19 +7,22 @@ from . import _core
 from ._args import allowed_globals as _allowed
 from ._args import path_of as _path
 from ._args import ring_sizes
-from ._errors import CorruptError, UnsafeError, ZckptError  # noqa: F401
-from ._ext import _C
+from ._errors import CorruptError, ZckptError
+from ._host import frombuffer, host_bytes
+from ._into_host import load_into_host
+from ._oom import OutOfMemoryError  # noqa: F401 - zckpt.OutOfMemoryError
 from ._restore import unpickle
 from ._sharded import FLAG_SHARDED, process_rank
 from ._fsdp import fsdp1_modules, load_into_fsdp1
 from ._targets import optimizer_tensors, resolve
 
-OutOfMemoryError = _C.OutOfMemoryError  # a ZckptError that is also a torch.OutOfMemoryError
 
+def _libzckpt():
+    """zckpt._C, which links LibTorch: what CUDA destinations, FSDP1 modules and DCP still go
+    through. Imported on first use only, so that everything else works under any torch 2.x."""
+    from ._ext import _C
 
-def _ring(threads, slots, slot_bytes):
-    """The loader's ring as `_C` takes it (ring_sizes checks the values)."""
-    return _C.Ring(**ring_sizes(threads, slots, slot_bytes))
+    return _C
 
 
 class _CallerError(Exception):
@@ -165,6 +168,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     if mmap or all(d.type in ("cpu", "meta") for d in devices.values()):
         return _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap)
     # A CUDA destination: libzckpt's pinned ring, through _C on a checkpoint it opens itself.
+    _C = _libzckpt()
     ckpt = _C.open(path)
     info = ckpt.describe()
     devices = {s["key"]: where.device(s["location"]) for s in info["storages"]}
@@ -195,28 +199,6 @@ def _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
     return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt)
 
 
-# Host storages of at least this many bytes are 4 KiB-aligned HostBuffers (_core), so bytes not
-# in the page cache are read straight into them with O_DIRECT; smaller ones come from torch's
-# allocator (64-byte aligned), where a page-cache read costs nothing measurable.
-_HOST_BUFFER_MIN = 64 << 10
-
-
-def _host_bytes(n):
-    """A uint8 CPU tensor of n bytes for a storage to be filled, and its address."""
-    if n < _HOST_BUFFER_MIN:
-        t = torch.empty(n, dtype=torch.uint8)
-        return t, t.data_ptr()
-    buf = _core.HostBuffer(n)
-    return _frombuffer(buf), buf.address
-
-
-def _frombuffer(buffer):
-    """A uint8 CPU tensor over a `_core` buffer (HostBuffer, MappedBytes), keeping it alive."""
-    if len(buffer) == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(buffer, dtype=torch.uint8)
-
-
 def _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap):
     """load() when every storage goes to the CPU (or the meta device), or is mapped: the
     torch-free core fills memory allocated here (or maps the file), then torch's unpickler
@@ -224,7 +206,7 @@ def _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, 
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
     pickle_bytes = ckpt.vetted_pickle(allowed)
     if mmap:
-        raw = {key: _frombuffer(b) for key, b in ckpt.map_storages(verify, sizes["threads"]).items()}
+        raw = {key: frombuffer(b) for key, b in ckpt.map_storages(verify, sizes["threads"]).items()}
         return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
     raw, targets = {}, []
     for s in info["storages"]:
@@ -235,7 +217,7 @@ def _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, 
             raw[key] = torch.empty(n, dtype=torch.uint8, device="meta")
             continue
         try:
-            raw[key], address = _host_bytes(n)
+            raw[key], address = host_bytes(n)
         except (MemoryError, RuntimeError) as e:
             raise OutOfMemoryError(f"{path}: cannot allocate {n} bytes of host memory for storage '{key}': {e}") from e
         targets.append((key, address, n))
@@ -316,19 +298,25 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     largest parameter."""
     path = _path(f)
     allowed = _allowed(allow_globals, weights_only)
-    ring = _ring(threads, slots, slot_bytes)
+    sizes = ring_sizes(threads, slots, slot_bytes)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
-        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, ring)
+        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, _libzckpt().Ring(**sizes))
     entries = _named_tensors(target)  # a target of the wrong type is refused before the file is opened
-    # One open file for the records, the param_groups and the tensors (as load).
-    ckpt = _C.open(path)
+    # One open file for the records, the param_groups and the tensors (as load). CPU targets are
+    # filled by the torch-free core; any other device goes through _C, on a file it opens itself.
+    ckpt = _core.open(path)
     named = resolve(path, target, entries, ckpt)
+    on_host = all(t.device.type == "cpu" for _, t in named)
     saved_groups = None
     if isinstance(target, torch.optim.Optimizer):
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
         saved_groups = _saved_param_groups(ckpt, target, weights_only, allowed)
-    with torch.no_grad():
-        missing, unexpected = ckpt.load_into(named, strict, verify, allowed, ring)
+    if on_host:
+        missing, unexpected = load_into_host(ckpt, named, strict, verify, allowed, sizes)
+    else:
+        device_ckpt = _libzckpt().open(path)
+        with torch.no_grad():
+            missing, unexpected = device_ckpt.load_into(named, strict, verify, allowed, _libzckpt().Ring(**sizes))
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected

@@ -32,7 +32,7 @@ back, together, to FSDP's own load (fsdp_fallback, below), whose cost is FSDP's.
 import torch
 
 from . import _paths
-from ._ext import _C
+from ._errors import ZckptError
 from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0
@@ -105,7 +105,7 @@ def _shard_of(unit, path):
     shard = flat.data
     local = getattr(flat, "_local_shard", None)
     if local is not None and local.data_ptr() != shard.data_ptr():
-        raise _C.ZckptError(f"{path}: the FlatParameter holding '{unit.names[0]}' is unsharded right now (inside "
+        raise ZckptError(f"{path}: the FlatParameter holding '{unit.names[0]}' is unsharded right now (inside "
                             f"summon_full_params or a forward pass): load before or after, not during")
     return shard
 
@@ -131,6 +131,8 @@ class _Plan:
     def records(self, file):
         """The records of `file`, opened on first use."""
         if file not in self.opened:
+            from ._ext import _C
+
             ckpt = _C.open(file)
             self.opened[file] = (ckpt, records_of(ckpt))
         return self.opened[file][1]
@@ -149,7 +151,7 @@ def _plan_param(plan, unit, name, shape, info, shard, own):
     rec = own[name]
     if not rec.sharded:
         if tuple(rec.shape) != tuple(shape):
-            raise _C.ZckptError(f"{path}: size mismatch for '{name}': the file has shape {list(rec.shape)}, "
+            raise ZckptError(f"{path}: size mismatch for '{name}': the file has shape {list(rec.shape)}, "
                                 f"the module's parameter has shape {list(shape)}")
         if info.in_shard:
             target = shard[info.offset_in_shard: info.offset_in_shard + info.numel_in_shard]
@@ -180,7 +182,7 @@ def _plan_param(plan, unit, name, shape, info, shard, own):
             return
         theirs = plan.records(other)
         if name not in theirs:
-            raise _C.ZckptError(f"{other}: has no '{name}', which rank {k} saved rows {k_lo}..{k_hi - 1} of")
+            raise ZckptError(f"{other}: has no '{name}', which rank {k} saved rows {k_lo}..{k_hi - 1} of")
         _check_chunk(other, name, theirs[name], shape, ws, k)
         plan.add(other, name, a - k_lo * row, target)
 
@@ -200,7 +202,7 @@ def _check_chunk(path, name, rec, shape, ws, rank):
     if placement.startswith("rank:") and placement.split("/")[0] != f"rank:{rank}":
         problems.append(f"saved by {placement.split('/')[0].replace(':', ' ')}, expected rank {rank}")
     if problems:
-        raise _C.ZckptError(f"{path}: cannot load '{name}' into the FSDP module: " + "; ".join(problems)
+        raise ZckptError(f"{path}: cannot load '{name}' into the FSDP module: " + "; ".join(problems)
                             + f" (saved at another world size or sharding than this {ws}-rank FSDP; "
                             f"resharding is not supported)")
 
@@ -219,6 +221,8 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
     """zckpt.load_into for a module holding FSDP1 units (see the module docstring). `allowed`:
     globals the files' pickles may name besides zckpt's allowlist (every file read is vetted);
     `ring`: the loader's _C.Ring (None: defaults). Returns (missing, unexpected)."""
+    from ._ext import _C
+
     ring = ring if ring is not None else _C.Ring()
     units = _units(model)
     ckpt = _C.open(path)
@@ -230,7 +234,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
     try:
         for u in units:
             if u.world_size > 1 and "HYBRID" in str(u.strategy):
-                raise _C.ZckptError(f"{path}: FSDP1 with {u.strategy} is not supported by load_into "
+                raise ZckptError(f"{path}: FSDP1 with {u.strategy} is not supported by load_into "
                                     f"(use zckpt.load and the module's load_state_dict)")
         if units and units[0].world_size > 1:
             check_rank_of_file(path, units[0].rank, units[0].world_size, "this FSDP module's process")
@@ -260,7 +264,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
                 keys.append("Missing key(s): " + ", ".join(f'"{n}"' for n in missing))
             if unexpected:
                 keys.append("Unexpected key(s): " + ", ".join(f'"{n}"' for n in unexpected))
-            raise _C.ZckptError(f"cannot load {path} into the FSDP module:\n  " + "; ".join(keys))
+            raise ZckptError(f"cannot load {path} into the FSDP module:\n  " + "; ".join(keys))
         if plan.fallback_why is not None:
             status = _NEEDS_FALLBACK
     except Exception as e:  # noqa: BLE001 - re-raised after the other ranks are told
@@ -272,7 +276,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
     if error is not None:
         raise error
     if agreed == _REFUSED:
-        raise _C.ZckptError(f"{path}: another rank refused its checkpoint file; nothing was loaded")
+        raise ZckptError(f"{path}: another rank refused its checkpoint file; nothing was loaded")
     if agreed == _NEEDS_FALLBACK:
         why = plan.fallback_why or "another rank cannot read the rows it needs in place"
         fsdp_fallback(path, model, strict, verify, why, allowed, ring)
@@ -300,6 +304,8 @@ def fsdp_fallback(path, model, strict, verify, why, allowed=(), ring=None):
     from torch.distributed._shard.sharded_tensor import Shard, ShardMetadata, init_from_local_shards
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
+
+    from ._ext import _C
 
     ring = ring if ring is not None else _C.Ring()
     warnings.warn(f"zckpt.load_into({path!r}): not in place ({why}); loading through FSDP's load_state_dict "

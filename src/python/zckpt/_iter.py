@@ -5,12 +5,13 @@ import os
 
 import torch
 
-from . import _paths
-from ._ext import _C
+from . import _core, _paths
 from ._args import allowed_globals as _allowed
 from ._args import path_of as _path
-from ._errors import ZckptError
-from ._sharded import records_of
+from ._errors import CorruptError, ZckptError
+from ._host import RecentBuffers, frombuffer
+from ._into_host import saved_contiguous, saved_dtype, saved_view, viewable_problem
+from ._sharded import FLAG_INTERNAL, records_of
 
 _INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json
 
@@ -28,7 +29,7 @@ def container_files(path):
         # One request a question: is there an object of that name (a HEAD, not asked of a folder
         # URL), what is below the prefix (one listing: the folder test and its names at once).
         folder_url = path.endswith("/") or "/" not in path[len(_paths.SCHEME):]  # .../ or s3://BUCKET
-        if not folder_url and _C.object_exists(path):
+        if not folder_url and _core.object_exists(path):
             return [path]
         below = _paths.files_under(path)
         if not below and not folder_url:
@@ -86,13 +87,23 @@ def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, mmap=Fa
     All files are opened when iter_tensors is called and read through those open files, so a
     checkpoint renamed over the path meanwhile is read whole from the files opened.
     """
-    return stream(open_containers(path), device, verify=verify, verify_first=verify_first, mmap=mmap,
+    return stream(open_containers(path, device), device, verify=verify, verify_first=verify_first, mmap=mmap,
                   allow_globals=allow_globals)
 
 
-def open_containers(path):
-    """_C.Checkpoint of every container_files(path), opened now, in load order: what stream()
-    and table_of() read, so both see the same files whatever is renamed over `path` later."""
+def _on_host(device):
+    return torch.device(device).type == "cpu"
+
+
+def open_containers(path, device="cpu"):
+    """Every container_files(path), opened now, in load order: what stream() and table_of()
+    read, so both see the same files whatever is renamed over `path` later. For the CPU (and
+    for table_of) they are the torch-free core's checkpoints; for a CUDA device, _C's (which
+    links LibTorch and the CUDA runtime)."""
+    if _on_host(device):
+        return [_core.open(f) for f in container_files(path)]
+    from ._ext import _C
+
     return [_C.open(f) for f in container_files(path)]
 
 
@@ -105,10 +116,112 @@ def stream(checkpoints, device="cpu", *, verify=True, verify_first=False, mmap=F
             raise ValueError(f"mmap=True gives CPU views of the files; device {device!r} needs mmap=False")
         check = verify or verify_first
         if verify_first:  # every file mapped and checked now
-            return _flatten([c.map_tensors(check, allowed) for c in checkpoints])
-        return _flatten(c.map_tensors(check, allowed) for c in checkpoints)  # each file when reached
+            return _flatten([_mapped_tensors(c, check, allowed) for c in checkpoints])
+        return _flatten(_mapped_tensors(c, check, allowed) for c in checkpoints)  # each file when reached
     # Everything that can fail before data moves, for every file, before the first yield.
+    if device == "cpu":
+        return _flatten([_host_tensors(c, verify, verify_first, allowed) for c in checkpoints])
+    from ._ext import _C
+
     return _flatten([_C.tensor_stream(c, device, verify, verify_first, allowed) for c in checkpoints])
+
+
+def _plain_records(c, allowed):
+    """The records iter_tensors hands out (internal ones, a DTensor's DeviceMesh, left out), after
+    the object pickle is vetted (it must describe the index's tensors, as for load) and every
+    record is known to be rebuildable as a plain tensor: errors before the first yield."""
+    c.vetted_pickle(allowed)
+    records = [r for r in c.tensor_records() if not r["flags"] & FLAG_INTERNAL]
+    for r in records:
+        why = viewable_problem(r, f"tensor '{r['name']}' in {c.path}")
+        if why:
+            raise ZckptError(why)
+    return records
+
+
+def _host_tensors(c, verify, verify_first, allowed):
+    """(name, CPU tensor) per record of the open `_core` checkpoint `c`, each a fresh contiguous
+    tensor filled by one streaming pass over that record's chunks (a generator, after the checks
+    of _plain_records and, with verify_first, every chunk of the file: those raise here)."""
+    records = _plain_records(c, allowed)
+    if verify_first:
+        c.verify_chunks()
+    return _fill_each(c, records, verify)
+
+
+# Consecutive small tensors are filled by one streaming pass (a pass has a fixed cost: its threads
+# and ring), up to this many bytes: at most this much is held beyond the tensor handed out.
+_BATCH_BYTES = 8 << 20
+
+
+def _batches(records):
+    batch, size = [], 0
+    for r in records:
+        n = r["byte_end"] - r["byte_begin"]
+        if batch and size + n > _BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(r)
+        size += n
+    if batch:
+        yield batch
+
+
+def _fill(c, batch, buffers, verify):
+    """(uint8 tensor, address) per record of `batch`, filled by one streaming pass."""
+    raws = [buffers.take(r["byte_end"] - r["byte_begin"]) for r in batch]
+    ranges = [(r["storage"], r["byte_begin"], r["byte_end"], address)
+              for r, (_, address) in zip(batch, raws) if r["byte_end"] > r["byte_begin"]]
+    if ranges:
+        c.load_ranges_host(ranges, verify)
+    return raws
+
+
+def _fill_each(c, records, verify):
+    buffers = RecentBuffers()
+    for batch in _batches(records):
+        try:
+            raws = _fill(c, batch, buffers, verify)
+        except CorruptError:
+            # Hand out the good tensors before the damaged one, as a tensor-by-tensor stream would:
+            # one pass each, until the one whose chunk is bad raises.
+            yield from _fill_each_alone(c, batch, buffers, verify)
+            return
+        for i, r in enumerate(batch):
+            raw = raws[i][0]
+            raws[i] = None  # the consumer's reference is the only one left
+            t = _rebuilt(raw, r)
+            raw = None
+            yield r["name"], t
+            t = None  # a buffer the consumer dropped is free for the next batch
+
+
+def _fill_each_alone(c, batch, buffers, verify):
+    for r in batch:
+        (raw, _), = _fill(c, [r], buffers, verify)
+        t = _rebuilt(raw, r)
+        raw = None
+        yield r["name"], t
+        t = None
+
+
+def _rebuilt(raw, r):
+    """The record's tensor, dense, over (or copied from) `raw`, its bytes byte_begin..byte_end."""
+    dtype = saved_dtype(r)
+    if saved_contiguous(r):
+        return raw.view(dtype).view(r["shape"])
+    # A strided or offset view, or conj/neg bits: rebuilt over its bytes, then made dense.
+    return saved_view(raw, r, dtype, r["byte_begin"]).contiguous()
+
+
+def _mapped_tensors(c, verify, allowed):
+    """(name, CPU view of the file's copy-on-write mapping) per record of the open `_core`
+    checkpoint `c`, every chunk hashed where it lies first with verify (tied weights stay views of
+    one storage)."""
+    records = _plain_records(c, allowed)
+    keys = [s["key"] for s in c.describe()["storages"]]
+    mapped = {key: frombuffer(b) for key, b in c.map_storages(verify).items()}
+    return [(r["name"], saved_view(mapped[keys[r["storage"]]], r, saved_dtype(r), 0)) for r in records]
 
 
 def _flatten(sources):

@@ -13,6 +13,9 @@ import warnings
 
 import torch
 
+from . import _core
+from ._errors import ZckptError
+
 _lock = threading.Lock()
 _original = None  # torch.load before the first patch
 _folders = {}
@@ -45,10 +48,8 @@ def _stale(pt, container):
     size, or written after the container)."""
     if not os.path.exists(pt):
         return False
-    from ._ext import _C
-
     try:
-        saved = _C.describe(container)["metadata"].get("zckpt.source.bytes")
+        saved = _core.describe(container)["metadata"].get("zckpt.source.bytes")
     except Exception:  # noqa: BLE001 - an unreadable container is left to torch.load's file
         return True
     if saved is not None and int(saved) != os.path.getsize(pt):
@@ -97,8 +98,6 @@ def _fall_back(pt, container, why):
     _stats["fallbacks"] += 1
     msg = f"zckpt: {container} not used for torch.load({pt!r}): {why}; reading the .pt with torch.load"
     if _strict:
-        from ._api import ZckptError
-
         raise ZckptError(msg.replace("; reading the .pt with torch.load", " (patch_torch_load(strict=True))"))
     if _on_fallback is not None:
         _on_fallback(pt, container, why)

@@ -8,7 +8,7 @@ gets both kinds. An object folder needs no creating; a small object written whol
 (one PUT), as a local file written by rename does."""
 import os
 
-from ._ext import _C
+from . import _core
 
 SCHEME = "s3://"
 
@@ -28,12 +28,12 @@ def basename(path):
 
 
 def isdir(path):
-    return _C.is_object_folder(path) if is_url(path) else os.path.isdir(path)
+    return _core.is_object_folder(path) if is_url(path) else os.path.isdir(path)
 
 
 def isfile(path):
     if is_url(path):
-        return not path.endswith("/") and _C.object_exists(path)
+        return not path.endswith("/") and _core.object_exists(path)
     return os.path.isfile(path)
 
 
@@ -46,13 +46,13 @@ def listdir(path):
     it (so sub-folders are listed once, as os.listdir lists them)."""
     if not is_url(path):
         return sorted(os.listdir(path))
-    return sorted({name.split("/", 1)[0] for name, _ in _C.list_objects(path)})
+    return sorted({name.split("/", 1)[0] for name, _ in _core.list_objects(path)})
 
 
 def files_under(path):
     """{relative name: size} of every file below the folder, at any depth ('/'-separated)."""
     if is_url(path):
-        return dict(_C.list_objects(path))
+        return dict(_core.list_objects(path))
     out = {}
     for root, _, files in os.walk(path):
         for f in files:
@@ -65,17 +65,17 @@ def read_bytes(path, max_bytes=1 << 30):
     """The whole file or object. A local path must be a regular file (a FIFO or device is
     refused, never read: the C++ readers' rule)."""
     if is_url(path):
-        return _C.read_object(path, max_bytes)
-    return _C.read_regular_file(os.fspath(path))
+        return _core.read_object(path, max_bytes)
+    return _core.read_regular_file(os.fspath(path))
 
 
 def write_atomically(path, data):
     """The whole of `data` at `path`, or nothing changed: temporary, fsync, rename (local), one
     PUT (object)."""
     if is_url(path):
-        _C.write_object(path, bytes(data))
+        _core.write_object(path, bytes(data))
     else:
-        _C.write_file_atomically(os.fspath(path), bytes(data))
+        _core.write_file_atomically(os.fspath(path), bytes(data))
 
 
 def makedirs(path):

@@ -21,7 +21,6 @@ import torch
 import torch.serialization as _serialization
 
 from . import _core
-from ._ext import _C
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
 _SNAPSHOT_ALIGN = 64
@@ -149,6 +148,8 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     tensors = {key: _bytes_of(s) for key, s in storages.items()}
     if all(t.device.type == "cpu" for t in tensors.values()):
         return _save_host(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
+    from ._ext import _C
+
     return _C.save_pickled(path, data, tensors, _leading_records(), "", dict(metadata or {}),
                            chunk_bytes, zstd_level, threads)
 

@@ -16,7 +16,8 @@ import re
 import torch
 
 from . import _paths
-from ._ext import _C
+from . import _core
+from ._errors import ZckptError
 
 FLAG_DTENSOR = 1 << 4
 FLAG_SHARDED = 1 << 5
@@ -57,20 +58,20 @@ def _by_name(tensor_records):
 
 @functools.lru_cache(maxsize=64)
 def _records_cached(path, mtime_ns, size):
-    return _by_name(_C.tensor_records(path))
+    return _by_name(_core.tensor_records(path))
 
 
 def records(path):
     """name -> Record for every tensor of the container at `path` (the index only is read); a
     local file's are cached while its mtime and size stay, an object's are read each time."""
     if _paths.is_url(path):
-        return _by_name(_C.tensor_records(path))
+        return _by_name(_core.tensor_records(path))
     st = os.stat(path)
     return _records_cached(path, st.st_mtime_ns, st.st_size)
 
 
 def records_of(ckpt):
-    """records() of an opened _C.Checkpoint: the index of that very open file."""
+    """records() of an opened checkpoint (either module's): the index of that very open file."""
     return _by_name(ckpt.tensor_records())
 
 
@@ -86,7 +87,7 @@ def saved_rank(path):
 
 def _source_name(path):
     try:
-        return _C.describe(path)["metadata"].get("zckpt.source.name")
+        return _core.describe(path)["metadata"].get("zckpt.source.name")
     except Exception:  # noqa: BLE001 - only a hint for error messages and checks
         return None
 
@@ -115,7 +116,7 @@ def check_rank_of_file(path, rank, world_size, what):
     if saved is None:
         return
     if saved != (rank, world_size):
-        raise _C.ZckptError(
+        raise ZckptError(
             f"{path}: saved by rank {saved[0]} of world size {saved[1]}, but {what} is rank {rank} of "
             f"world size {world_size}: each rank loads its own file, at the world size it was saved at "
             f"(resharding is not supported)")
@@ -154,11 +155,11 @@ def local_target(path, name, t, rec):
     if _is_sharded_tensor(t):
         shards = t.local_shards()
         if len(shards) > 1:
-            raise _C.ZckptError(f"{path}: target '{name}' is a ShardedTensor with {len(shards)} local shards: "
+            raise ZckptError(f"{path}: target '{name}' is a ShardedTensor with {len(shards)} local shards: "
                                 f"load_into fills one local shard per rank")
         if not shards:
             if rec is not None:
-                raise _C.ZckptError(f"{path}: '{name}' holds a shard here, the target ShardedTensor has none on "
+                raise ZckptError(f"{path}: '{name}' holds a shard here, the target ShardedTensor has none on "
                                     f"this rank: saved at another world size or sharding")
             return None
         if rec is not None:
@@ -168,7 +169,7 @@ def local_target(path, name, t, rec):
         kind = "a ShardedTensor shard" if rec.sharded else "a DTensor's local tensor"
         glob = rec.extra.get("global_shape")
         if glob is not None and list(glob) != list(rec.shape):
-            raise _C.ZckptError(f"{path}: '{name}' is saved as {kind} (global shape {glob}, this shard "
+            raise ZckptError(f"{path}: '{name}' is saved as {kind} (global shape {glob}, this shard "
                                 f"{list(rec.shape)}); the target is a plain tensor of shape {list(t.shape)}")
     return t
 
@@ -187,7 +188,7 @@ def _check_dtensor(path, name, t, rec):
     if "mesh_shape" in ex and list(ex["mesh_shape"]) != list(t.device_mesh.shape):
         problems.append(f"device mesh {ex['mesh_shape']} saved, the target's is {list(t.device_mesh.shape)}")
     if problems:
-        raise _C.ZckptError(f"{path}: cannot load '{name}' into its DTensor: " + "; ".join(problems)
+        raise ZckptError(f"{path}: cannot load '{name}' into its DTensor: " + "; ".join(problems)
                             + " (saved at another world size or sharding; resharding is not supported)")
 
 
@@ -207,5 +208,5 @@ def _check_sharded(path, name, t, shard, rec):
     if m and meta.placement is not None and int(m.group(1)) != meta.placement.rank():
         problems.append(f"saved by rank {m.group(1)}, the target shard is rank {meta.placement.rank()}'s")
     if problems:
-        raise _C.ZckptError(f"{path}: cannot load '{name}' into its ShardedTensor: " + "; ".join(problems)
+        raise ZckptError(f"{path}: cannot load '{name}' into its ShardedTensor: " + "; ".join(problems)
                             + " (saved at another world size or sharding; resharding is not supported)")

@@ -8,7 +8,7 @@ resolve to their local tensor after the file's record of them is checked against
 """
 import torch
 
-from ._ext import _C
+from ._errors import ZckptError
 from ._sharded import check_rank_of_file, local_target, process_rank, records, records_of
 
 
@@ -33,8 +33,8 @@ def _is_sharded_kind(t):
 
 
 def resolve(path, target, named, ckpt=None):
-    """(name, tensor) pairs for _C.load_into from load_into's (name, state entry) pairs; the
-    records from `ckpt` (an opened _C.Checkpoint) when given, the file load_into reads."""
+    """(name, tensor) pairs for the load from load_into's (name, state entry) pairs; the
+    records from `ckpt` (an opened checkpoint) when given, the file load_into reads."""
     recs = records(path) if ckpt is None else records_of(ckpt)
     out = []
     sharded = False
@@ -48,7 +48,7 @@ def resolve(path, target, named, ckpt=None):
         live = _live_storages(target)
         for name, t in out:
             if t.numel() and t.untyped_storage().data_ptr() not in live:
-                raise _C.ZckptError(
+                raise ZckptError(
                     f"{path}: cannot load into '{name}': {type(target).__name__}.state_dict() returned a copy of it, "
                     f"not the module's own parameter or buffer, so writing it would leave the module unchanged "
                     f"(load_into writes only the module's live tensors)")

@@ -51,6 +51,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from . import _paths
+from ._errors import CorruptError, ZckptError
 from ._ext import _C
 from ._args import allowed_globals as _allowed
 
@@ -227,7 +228,7 @@ def _read_metadata_file(path):
     _C.check_dcp_metadata(data, path)  # zckpt's interpreter: UnsafeError / CorruptError
     metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     if not isinstance(metadata, Metadata):
-        raise _C.CorruptError(f"{path}: not DCP metadata (a {type(metadata).__name__})")
+        raise CorruptError(f"{path}: not DCP metadata (a {type(metadata).__name__})")
     return metadata
 
 
@@ -249,19 +250,19 @@ def check_tiling(metadata, path):
             box = (tuple(int(o) for o in c.offsets), tuple(int(n) for n in c.sizes))
             if len(box[0]) != len(size) or len(box[1]) != len(size) or any(
                     o < 0 or n < 0 or o + n > s for o, n, s in zip(box[0], box[1], size)):
-                raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: a chunk at {list(box[0])} size "
+                raise CorruptError(f"{path}: tensor '{fqn}' {list(size)}: a chunk at {list(box[0])} size "
                                       f"{list(box[1])} lies outside it")
             if math.prod(box[1]) and box not in boxes:
                 boxes.append(box)
         for i, (ao, an) in enumerate(boxes):
             for bo, bn in boxes[i + 1:]:
                 if all(a < b + m and b < a + n for a, n, b, m in zip(ao, an, bo, bn)):
-                    raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: chunks at {list(ao)} size {list(an)} "
+                    raise CorruptError(f"{path}: tensor '{fqn}' {list(size)}: chunks at {list(ao)} size {list(an)} "
                                           f"and at {list(bo)} size {list(bn)} overlap: pieces that neither tile the "
                                           "tensor nor are replicas of one box")
         covered = sum(math.prod(n) for _, n in boxes)
         if covered != math.prod(size):
-            raise _C.CorruptError(f"{path}: tensor '{fqn}' {list(size)}: its {len(boxes)} chunks cover {covered} of "
+            raise CorruptError(f"{path}: tensor '{fqn}' {list(size)}: its {len(boxes)} chunks cover {covered} of "
                                   f"its {math.prod(size)} elements (missing ranks or shards?)")
 
 
@@ -310,7 +311,7 @@ class ZckptStorageReader(StorageReader):
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
         if metadata.storage_data is None:
-            raise _C.CorruptError(f"{self.path}: the metadata has no storage_data")
+            raise CorruptError(f"{self.path}: the metadata has no storage_data")
         self.storage_data = metadata.storage_data
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
@@ -323,12 +324,12 @@ class ZckptStorageReader(StorageReader):
         """(container path, tensor or blob name) of a ReadItem's saved piece."""
         info = self.storage_data.get(item.storage_index)
         if info is None:
-            raise _C.CorruptError(f"{self.path}: the metadata has no storage entry for {item.storage_index}")
+            raise CorruptError(f"{self.path}: the metadata has no storage entry for {item.storage_index}")
         if isinstance(info, tuple) and len(info) == 2:  # written by ZckptStorageWriter
             return _paths.join(self.path, info[0]), info[1]
         relative = getattr(info, "relative_path", None)
         if relative is None:
-            raise _C.CorruptError(f"{self.path}: storage entry {info!r} of {item.storage_index} is neither zckpt's "
+            raise CorruptError(f"{self.path}: storage entry {info!r} of {item.storage_index} is neither zckpt's "
                                   "nor FileSystemWriter's")
         # A FileSystemWriter folder converted by `zckpt convert`: X.distcp became X.zckpt, and a
         # piece is found by its byte offset in X.distcp (storage key / blob name).
@@ -337,7 +338,7 @@ class ZckptStorageReader(StorageReader):
         if path not in self._present:  # one check (a HEAD for an object) per container
             self._present[path] = _paths.isfile(path)
         if not self._present[path]:
-            raise _C.ZckptError(f"{path}: missing; {self.path} is a DCP folder of FileSystemWriter's layout "
+            raise ZckptError(f"{path}: missing; {self.path} is a DCP folder of FileSystemWriter's layout "
                                 f"({relative}): read it with FileSystemReader, or convert it with 'zckpt convert'")
         if item.type == LoadItemType.BYTE_IO:
             return path, f"{CONVERTED_BYTES_PREFIX}{info.offset}"
@@ -345,7 +346,7 @@ class ZckptStorageReader(StorageReader):
             self._storage_tensors[path] = _C.storage_tensors(path)
         names = self._storage_tensors[path].get(str(info.offset))
         if not names:
-            raise _C.CorruptError(f"{path}: no piece at source offset {info.offset} (for {item.storage_index})")
+            raise CorruptError(f"{path}: no piece at source offset {info.offset} (for {item.storage_index})")
         return path, names[0]
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:

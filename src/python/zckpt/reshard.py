@@ -48,6 +48,8 @@ import time
 import torch
 
 from . import _paths
+from . import _core
+from ._errors import CorruptError, UnsafeError, ZckptError
 from ._ext import _C
 from ._api import load
 
@@ -106,7 +108,7 @@ def _load_template(path, tmp):
 
     if not path.endswith(".zckpt"):
         converted = os.path.join(tmp, "template.zckpt")
-        _C.convert(path, converted, 0, 0, 0)
+        _core.convert(path, converted, 0, 0, 0)
         path = converted
     try:
         return load(path, map_location="cpu", weights_only=True)
@@ -354,7 +356,7 @@ def _write_rank(state, tmp, out, family, world_size, rank, fmt):
     if fmt == "pt":
         _replace_regular(pt, os.path.join(out, name + ".pt"))
     else:
-        _C.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
+        _core.convert(pt, os.path.join(out, name + ".zckpt"), 0, 0, 0)
         os.unlink(pt)
 
 
@@ -454,10 +456,10 @@ def _copy_rest(ckpt_dir, out, rank_files, world_size):
         # Through the C++ readers' and writers' rules: a FIFO or device among the files is refused
         # (never read, never blocks), and each output appears whole, replacing a regular file only.
         if top and os.path.basename(src) == "fsdp_config.json":
-            config = json.loads(_C.read_regular_file(src))
+            config = json.loads(_core.read_regular_file(src))
             if isinstance(config, dict) and "world_size" in config:
                 config["world_size"] = world_size
-            _C.write_file_atomically(dst, json.dumps(config, indent=4).encode())
+            _core.write_file_atomically(dst, json.dumps(config, indent=4).encode())
             continue
         _C.copy_file_atomically(src, dst)
 
@@ -470,7 +472,7 @@ def _replace_regular(src, dst):
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise _C.ZckptError(f"{dst}: exists and is not a regular file; refusing to replace it")
+        raise ZckptError(f"{dst}: exists and is not a regular file; refusing to replace it")
     os.replace(src, dst)
 
 
@@ -494,9 +496,9 @@ def main(argv=None):
         parser.error("the output folder is the checkpoint folder")
     try:
         reshard(args.ckpt_dir, args.world_size, args.output, fmt=args.format, overwrite=args.force)
-    except _C.ZckptError as e:
+    except ZckptError as e:
         print(f"zckpt reshard: {e}", file=sys.stderr)
-        return 1 if isinstance(e, (_C.CorruptError, _C.UnsafeError)) else 2
+        return 1 if isinstance(e, (CorruptError, UnsafeError)) else 2
     except (ValueError, KeyError, NotImplementedError, OSError) as e:
         print(f"zckpt reshard: {e}", file=sys.stderr)
         return 2
