@@ -26,9 +26,10 @@ starts. Modes:
   map_noverify  the same with verify=False
   into          zckpt.load_into(FILE, state): state built untimed beforehand, the same tensors
                 as zeros (pages faulted)
+  iter          every tensor of zckpt.iter_tensors(FILE) (CPU), each reduced once (amax)
   save          zckpt.save(state, OUT) of the state zckpt.load returned (untimed)
   convert       zckpt.convert(PT, OUT) of the .pt the container was converted from
---no-verify passes verify=False to load, map and into.
+--no-verify passes verify=False to load, map, into and iter.
 """
 import argparse
 import json
@@ -40,7 +41,7 @@ import sys
 import tempfile
 
 MODE_FLAGS = {"load": [], "into": ["--into"], "map": ["--map"]}  # --api cli: `zckpt load` flags
-PY_MODES = ["import", "load", "map", "map_noverify", "into", "save", "convert"]
+PY_MODES = ["import", "load", "map", "map_noverify", "into", "iter", "save", "convert"]
 DEFAULT_MODES = {"cli": "load,into,map", "python": ",".join(PY_MODES)}
 
 SHARD_CODE = (
@@ -89,6 +90,7 @@ ops = {
     "map": lambda: read_all(load(path, mmap=True, verify=verify)),
     "map_noverify": lambda: read_all(load(path, mmap=True, verify=False)),
     "into": lambda: load_into(path, state, verify=verify),
+    "iter": lambda: [t.amax() for _, t in zckpt.iter_tensors(path, verify=verify)],
     "save": lambda: save(state, out),
     "convert": lambda: convert(pt, out),
 }
