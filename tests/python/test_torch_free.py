@@ -341,3 +341,29 @@ def test_cpu_paths_never_import_libzckpt(tmp_path):
         print('zckpt._C' in sys.modules and sys.modules['zckpt._C'] is not None, type(zckpt.OutOfMemoryError.__mro__[2]).__name__)
     """, tmp_path)
     assert out.split()[0] == "False"
+
+
+@pytest.mark.parametrize("version", ["2.3.1+cu121", "1.13.1", "nightly"])
+def test_a_torch_older_than_the_oldest_supported_is_refused_naming_both(tmp_path, version):
+    """The first name that needs torch, under a torch older than 2.4 (a stand-in module with that
+    __version__), raises ImportError naming both versions; the torch-free calls still work."""
+    out = _run(f"""
+        import sys, types
+        sys.modules['torch'] = types.SimpleNamespace(__version__={version!r}, __file__='/old/torch/__init__.py')
+        import zckpt
+        print(callable(zckpt.verify))
+        try:
+            zckpt.load
+        except ImportError as e:
+            print(e)
+    """, tmp_path)
+    first, message = out.strip().splitlines()
+    assert first == "True"
+    assert f"torch {version} is installed" in message and "needs torch 2.4 or newer" in message, message
+
+
+def test_torch_release_reads_versions():
+    assert zckpt._torch_release("2.4.1+cu121") == (2, 4)
+    assert zckpt._torch_release("2.15.0") == (2, 15)
+    assert zckpt._torch_release("2.10.0a0+git1234") == (2, 10)
+    assert zckpt._torch_release("garbage") == (0, 0)

@@ -4,7 +4,8 @@
 # against the project virtualenv's torch and is never imported by the checks) and its zckpt binary
 # are put on PYTHONPATH / ZCKPT_CLI_DIR of each virtualenv:
 #   - torch ZCKPT_MATRIX_TORCHES (default 2.4.1, the oldest supported, and 2.9.1, a middle one),
-#     each from PyPI into a virtualenv of its own, cached under ZCKPT_MATRIX_CACHE
+#     each from PyPI (or a wheel already in ZCKPT_MATRIX_WHEELS, ~/.cache/zckpt/wheels) into a
+#     virtualenv of its own made with /usr/bin/python3, cached under ZCKPT_MATRIX_CACHE
 #     (~/.cache/zckpt/torch-matrix; ~5-7 GB each, made once: a half-made one is made again);
 #   - the project virtualenv's torch (the newest on PyPI when setup.sh made it; printed below);
 #   - a virtualenv without torch.
@@ -15,9 +16,13 @@
 # folder, `import zckpt`, zckpt.load saying torch is needed; their outputs read back under torch.
 # Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${ZCKPT_BUILD:-build}
 BUILD_ABS=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "[torch-matrix] no build folder $BUILD (tools/run-tests.sh makes it)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+if ! ls "$BUILD_ABS"/src/python/zckpt/_core.*.so >/dev/null 2>&1; then
+  echo "[torch-matrix] $BUILD has no Python package (src/python/zckpt/_core.*.so): was it configured without torch?"
+  echo "0 passed, 1 failed, 0 skipped"; exit 1
+fi
 PROJECT_VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 CACHE=${ZCKPT_MATRIX_CACHE:-$HOME/.cache/zckpt/torch-matrix}
 TORCHES=${ZCKPT_MATRIX_TORCHES:-2.4.1 2.9.1}
@@ -55,7 +60,7 @@ venv() {
   local name=$1 dir=$CACHE/$1
   shift
   if [ ! -f "$dir/.complete" ]; then
-    log "making $dir (pip install $*)" >&2
+    log "making $dir (${*:+pip install }${*:-nothing to install})" >&2
     rm -rf "$dir"
     mkdir -p "$CACHE"
     /usr/bin/python3 -m venv "$dir" >&2 || return 1
@@ -65,8 +70,15 @@ venv() {
   echo "$dir"
 }
 
+# A torch wheel downloaded before (ZCKPT_MATRIX_WHEELS, default ~/.cache/zckpt/wheels, which holds
+# 2.4.1's here) is installed from its file: with --find-links pip would still take the same
+# wheel from PyPI, the index coming first among equal candidates.
+WHEEL_DIR=${ZCKPT_MATRIX_WHEELS:-$HOME/.cache/zckpt/wheels}
+PYTAG=$(/usr/bin/python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 for v in $TORCHES; do
-  if dir=$(venv "torch-$v" "torch==$v" numpy); then
+  spec=torch==$v
+  for w in "$WHEEL_DIR/torch-$v-$PYTAG-$PYTAG"-*linux*_"$(uname -m)".whl; do [ -f "$w" ] && spec=$w; done
+  if dir=$(venv "torch-$v" "$spec" numpy); then
     mkdir -p "$WORK/torch-$v"
     count "torch-$v" "$dir/bin/python" "$CHECKS" torch "$WORK/torch-$v"
   else

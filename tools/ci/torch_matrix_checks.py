@@ -16,6 +16,7 @@ import time
 import traceback
 
 failed = 0
+PYPROJECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pyproject.toml")
 
 
 def check(name, fn):
@@ -38,7 +39,8 @@ def state():
     w = torch.randn(300, 200)
     return {"w": w, "w_t": w.t(), "rows": w[10:20], "tied": w, "i64": torch.arange(1000),
             "bf16": torch.randn(77).bfloat16(), "f16": torch.randn(5, 5).half(),
-            "nested": {"b": torch.randn(300), "mask": torch.rand(64) > 0.5}, "step": 7}
+            "nested": {"b": torch.randn(300), "mask": torch.rand(64) > 0.5, "deeper": {"c": torch.arange(6).view(2, 3)}},
+            "step": 7}
 
 
 def flat(d, prefix=""):
@@ -51,16 +53,21 @@ def flat(d, prefix=""):
     return out
 
 
-def assert_equal_trees(got, want):
+def assert_equal_trees(got, want, where="the root"):
+    """got is what torch.load gives for want: the same nesting (a dict where want has one, not
+    flattened names), keys in the same order, tensors equal with dtype and shape, the rest ==."""
     import torch
 
-    g, w = flat(got), flat(want)
-    assert g.keys() == w.keys(), f"keys differ: {sorted(g.keys() ^ w.keys())}"
-    for k, v in w.items():
-        if isinstance(v, torch.Tensor):
-            assert g[k].dtype == v.dtype and g[k].shape == v.shape and torch.equal(g[k], v), f"'{k}' differs"
-        else:
-            assert g[k] == v, f"'{k}': {g[k]!r} != {v!r}"
+    if isinstance(want, dict):
+        assert isinstance(got, dict), f"{where}: {type(got).__name__} where a dict was saved"
+        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
+        for k in want:
+            assert_equal_trees(got[k], want[k], f"'{k}'" if where == "the root" else f"{where[:-1]}.{k}'")
+    elif isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} where a tensor was saved"
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), f"{where} differs"
+    else:
+        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 
 
 def fresh_import_seconds():
@@ -124,13 +131,17 @@ def torch_checks(d):
     check("save_then_torch_load_of_export", save_export)
 
     def vllm_entry_point():
-        # pyproject.toml's [project.entry-points."vllm.general_plugins"] names it; the build
-        # folder has no dist-info, so the named function is what is checked here (test-install's
-        # pip part installs the metadata).
+        # The build folder has no dist-info, so importlib.metadata knows no entry point here
+        # (test-install's pip part installs the metadata): what pyproject.toml's
+        # [project.entry-points."vllm.general_plugins"] names is imported and must be callable.
         import importlib
+        import tomllib
 
-        module, _, fn = "zckpt.vllm_plugin:register".partition(":")
-        assert callable(getattr(importlib.import_module(module), fn))
+        with open(PYPROJECT, "rb") as f:
+            plugins = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
+        assert "zckpt" in plugins, f"pyproject.toml's vllm.general_plugins: {plugins}"
+        module, _, fn = plugins["zckpt"].partition(":")
+        assert callable(getattr(importlib.import_module(module), fn)), plugins["zckpt"]
     check("vllm_plugin_entry_point", vllm_entry_point)
     check("import_under_a_second_without_torch", import_check)
     check("libzckpt_never_imported", lambda: None if "zckpt._C" not in sys.modules else

@@ -39,15 +39,34 @@ _NEEDS_TORCH = {
 }
 
 
+# The oldest torch the names above run under: the oldest tools/ci/torch-matrix.sh tests (2.4.1).
+_OLDEST_TORCH = (2, 4)
+
+
+def _torch_release(version):
+    """(major, minor) of a torch.__version__ such as '2.4.1+cu121'; (0, 0) when unreadable."""
+    try:
+        major, minor = version.split("+")[0].split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)
+
+
 def __getattr__(name):
     module = _NEEDS_TORCH.get(name)
     if module is None:
         raise AttributeError(f"module 'zckpt' has no attribute {name!r}")
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as e:
         raise ImportError(f"zckpt.{name} needs torch, which cannot be imported here ({e}); install torch 2.x "
                           "(convert, export and verify work without it)") from e
+    running = getattr(torch, "__version__", "unknown")
+    if _torch_release(running) < _OLDEST_TORCH:
+        oldest = ".".join(map(str, _OLDEST_TORCH))
+        raise ImportError(f"zckpt.{name} needs torch {oldest} or newer; torch {running} is installed "
+                          f"({getattr(torch, '__file__', '?')}): upgrade torch (convert, export and verify work "
+                          "under any torch or none)")
     from importlib import import_module
 
     value = getattr(import_module(f".{module}", __name__), name)
