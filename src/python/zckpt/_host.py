@@ -29,6 +29,22 @@ def frombuffer(buffer):
     return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
+def byte_batches(items, size_of, limit):
+    """Consecutive runs of `items` whose size_of() add up to at most `limit` bytes (an item larger
+    than `limit` alone): how iter_tensors fills small tensors, and load_into stages views, one
+    streaming pass per run."""
+    batch, size = [], 0
+    for item in items:
+        n = size_of(item)
+        if batch and size + n > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += n
+    if batch:
+        yield batch
+
+
 class RecentBuffers:
     """host_bytes for a stream of tensors handed out one by one (iter_tensors): the last two large
     HostBuffers are kept, and one the consumer no longer references (no tensor or view of it

@@ -6,12 +6,13 @@ into a staging buffer that is then copy_()'d into it."""
 import torch
 
 from ._errors import ZckptError
+from ._host import byte_batches
+from ._sharded import FLAG_INTERNAL
 
-# Tensor record flags (include/zckpt/format.h).
+# Tensor record flags (include/zckpt/format.h; _sharded.py has those of sharded tensors).
 _FLAG_CONJ = 1 << 2
 _FLAG_NEG = 1 << 3
 _FLAG_QUANTIZED = 1 << 6
-_FLAG_INTERNAL = 1 << 7
 
 # Staging buffers (views not written straight) are filled at most this many bytes per pass, so the
 # host memory a load_into takes beyond its targets stays bounded however many such views there are.
@@ -100,7 +101,7 @@ def _check(path, records, named, strict):
             problems.append(why)
         matched.append((t, rec))
     # Internal tensors (a DTensor's DeviceMesh) are not state entries: never "unexpected".
-    unexpected = [r["name"] for r in records if r["name"] not in wanted and not r["flags"] & _FLAG_INTERNAL]
+    unexpected = [r["name"] for r in records if r["name"] not in wanted and not r["flags"] & FLAG_INTERNAL]
     if strict and (missing or unexpected):
         keys = []
         if missing:
@@ -142,15 +143,9 @@ def load_into_host(ckpt, named, strict, verify, allowed, sizes):
         else:
             staged.append((t, rec))
     ranges = [(rec["storage"], rec["byte_begin"], rec["byte_end"], t.data_ptr()) for t, rec in direct]
-    passes, batch, batch_bytes = [], [], 0
-    for t, rec in staged:
-        n = rec["byte_end"] - rec["byte_begin"]
-        if batch and batch_bytes + n > _STAGED_BYTES_PER_PASS:
-            passes.append(batch)
-            batch, batch_bytes = [], 0
-        batch.append((t, rec))
-        batch_bytes += n
-    passes.append(batch)
+    # The first pass also fills the direct targets, so there is one even with nothing staged.
+    passes = list(byte_batches(staged, lambda s: s[1]["byte_end"] - s[1]["byte_begin"],
+                               _STAGED_BYTES_PER_PASS)) or [[]]
     with torch.no_grad():  # as load_state_dict: in-place copies into leaves
         for i, batch in enumerate(passes):
             buffers = [torch.empty(rec["byte_end"] - rec["byte_begin"], dtype=torch.uint8) for _, rec in batch]

@@ -9,7 +9,7 @@ from . import _core, _paths
 from ._args import allowed_globals as _allowed
 from ._args import path_of as _path
 from ._errors import CorruptError, ZckptError
-from ._host import RecentBuffers, frombuffer
+from ._host import RecentBuffers, byte_batches, frombuffer
 from ._into_host import saved_contiguous, saved_dtype, saved_view, viewable_problem
 from ._sharded import FLAG_INTERNAL, records_of
 
@@ -154,19 +154,6 @@ def _host_tensors(c, verify, verify_first, allowed):
 _BATCH_BYTES = 8 << 20
 
 
-def _batches(records):
-    batch, size = [], 0
-    for r in records:
-        n = r["byte_end"] - r["byte_begin"]
-        if batch and size + n > _BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-        batch.append(r)
-        size += n
-    if batch:
-        yield batch
-
-
 def _fill(c, batch, buffers, verify):
     """(uint8 tensor, address) per record of `batch`, filled by one streaming pass."""
     raws = [buffers.take(r["byte_end"] - r["byte_begin"]) for r in batch]
@@ -179,7 +166,7 @@ def _fill(c, batch, buffers, verify):
 
 def _fill_each(c, records, verify):
     buffers = RecentBuffers()
-    for batch in _batches(records):
+    for batch in byte_batches(records, lambda r: r["byte_end"] - r["byte_begin"], _BATCH_BYTES):
         try:
             raws = _fill(c, batch, buffers, verify)
         except CorruptError:
