@@ -2,23 +2,19 @@
 // one event per slot and device; a slot goes back to the readers once its events have fired, so
 // reading the next slots overlaps the DMA of the previous ones.
 //
-// Torch-free (the CUDA runtime only): the torch-facing layer hands it the streams to wait for and
-// holds torch's device guard around it (torch_cuda.cc), and tests/cudasim runs it against a
-// simulated asynchronous runtime.
+// Torch-free, and built without CUDA headers: the runtime is loaded when the first engine is made
+// (cudart_loader.h), so every build has this engine. The torch-facing layer hands it the streams
+// to wait for and holds torch's device guard around it (torch_cuda.cc); the Python module's
+// `_core` hands it torch's current streams from Python; tests/cudasim runs it against a simulated
+// asynchronous runtime loaded the same way.
 #include "loader/copy_engine.h"
 
-#include <string>
-
-#include "zckpt/error.h"
-
-#if ZCKPT_WITH_CUDA
-#include <cuda_runtime_api.h>
-
 #include <deque>
+#include <string>
 
 #include "loader/cuda_check.h"
 #include "loader/pinned_cache.h"
-#endif
+#include "zckpt/error.h"
 
 // Deliberately broken variants, compiled only into the simulator suite by tools/ci/sim-mutants.sh
 // (meson -Dsim_mutant=N, which no other target sees), to show that the suite catches each:
@@ -31,15 +27,13 @@
 
 namespace zckpt::loader {
 
-#if ZCKPT_WITH_CUDA
-
 namespace {
 
 constexpr int kMutant = ZCKPT_SIM_MUTANT;
 
 class CudaCopyEngine final : public CopyEngine {
  public:
-  CudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots) : touched_(slots, 0) {
+  CudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots) : cuda_(Cuda()), touched_(slots, 0) {
     if (devices.size() > 64) throw Error(ErrorKind::kInvalidArgument, "more than 64 CUDA devices in one load");
     try {
       for (const CudaDevice& device : devices) AddDevice(device, slots);
@@ -53,23 +47,23 @@ class CudaCopyEngine final : public CopyEngine {
   uint8_t* AllocateHost(uint64_t bytes) override {
     // Made with the first destination device current, so no context is created on a device the
     // load does not use (pinned memory is portable: every device's copies may read it).
-    if (!devices_.empty()) UseDevice(devices_[0].device);
+    if (!devices_.empty()) UseDevice(cuda_, devices_[0].device);
     return PinnedCache::Global().Take(bytes);
   }
   void FreeHost(uint8_t* p) noexcept override { PinnedCache::Global().Give(p); }
 
   void CopyToDevice(const uint8_t* src, uint8_t* dst, uint64_t bytes, int device) override {
     size_t k = IndexOf(device);
-    UseDevice(device);
-    CudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, devices_[k].stream), "cudaMemcpyAsync");
+    UseDevice(cuda_, device);
+    CudaCheck(cuda_, cuda_.MemcpyAsync(dst, src, bytes, kCudaMemcpyHostToDevice, devices_[k].stream), "cudaMemcpyAsync");
     current_ |= uint64_t{1} << k;
   }
 
   void EndSlot(unsigned slot) override {
     for (size_t k = 0; k < devices_.size(); ++k) {
       if (!(current_ >> k & 1)) continue;
-      UseDevice(devices_[k].device);
-      CudaCheck(cudaEventRecord(devices_[k].events[slot], devices_[k].stream), "cudaEventRecord");
+      UseDevice(cuda_, devices_[k].device);
+      CudaCheck(cuda_, cuda_.EventRecord(devices_[k].events[slot], devices_[k].stream), "cudaEventRecord");
     }
     touched_[slot] = kMutant == 1 ? 0 : current_;  // mutant 1: as if no copy read the slot
     current_ = 0;
@@ -91,41 +85,41 @@ class CudaCopyEngine final : public CopyEngine {
   bool HasInFlight() const override { return !in_flight_.empty(); }
 
   void Synchronize() override {
-    for (const auto& d : devices_) CudaCheck(WaitForStream(d), "cudaStreamSynchronize");
+    for (const auto& d : devices_) CudaCheck(cuda_, WaitForStream(d), "cudaStreamSynchronize");
   }
 
  private:
   struct PerDevice {
     int device = 0;
-    cudaStream_t stream = nullptr;
-    std::vector<cudaEvent_t> events;  // one per slot
+    CudaStream stream = nullptr;
+    std::vector<CudaEvent> events;  // one per slot
   };
 
-  static cudaError_t WaitForStream(const PerDevice& d) {
-    if (kMutant == 3) return cudaSuccess;
-    return cudaStreamSynchronize(d.stream);
+  CudaStatus WaitForStream(const PerDevice& d) {
+    if (kMutant == 3) return kCudaSuccess;
+    return cuda_.StreamSynchronize(d.stream);
   }
 
   void AddDevice(const CudaDevice& target, unsigned slots) {
-    UseDevice(target.index);
+    UseDevice(cuda_, target.index);
     PerDevice& d = devices_.emplace_back();
     d.device = target.index;
-    CudaCheck(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CudaCheck(cuda_, cuda_.StreamCreateWithFlags(&d.stream, kCudaStreamNonBlocking), "cudaStreamCreate");
     for (unsigned s = 0; s < slots; ++s) {
-      cudaEvent_t e = nullptr;
-      CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      CudaEvent e = nullptr;
+      CudaCheck(cuda_, cuda_.EventCreateWithFlags(&e, kCudaEventDisableTiming), "cudaEventCreate");
       d.events.push_back(e);
     }
     if (kMutant == 2) return;
     // Our stream starts after everything already queued on the caller's stream (an event of this
     // device, recorded there with this device current: the legacy default stream is the current
     // device's).
-    cudaEvent_t ready = nullptr;
-    CudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    cudaError_t e = cudaEventRecord(ready, target.wait_for);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(d.stream, ready, 0);
-    (void)cudaEventDestroy(ready);
-    CudaCheck(e, "cudaStreamWaitEvent (the caller's stream)");
+    CudaEvent ready = nullptr;
+    CudaCheck(cuda_, cuda_.EventCreateWithFlags(&ready, kCudaEventDisableTiming), "cudaEventCreate");
+    CudaStatus e = cuda_.EventRecord(ready, target.wait_for);
+    if (e == kCudaSuccess) e = cuda_.StreamWaitEvent(d.stream, ready, 0);
+    (void)cuda_.EventDestroy(ready);
+    CudaCheck(cuda_, e, "cudaStreamWaitEvent (the caller's stream)");
   }
 
   size_t IndexOf(int device) const {
@@ -137,14 +131,14 @@ class CudaCopyEngine final : public CopyEngine {
   bool SlotDone(unsigned slot, bool wait) {
     for (size_t k = 0; k < devices_.size(); ++k) {
       if (!(touched_[slot] >> k & 1)) continue;
-      cudaEvent_t e = devices_[k].events[slot];
+      CudaEvent e = devices_[k].events[slot];
       if (wait) {
-        CudaCheck(cudaEventSynchronize(e), "cudaEventSynchronize");
+        CudaCheck(cuda_, cuda_.EventSynchronize(e), "cudaEventSynchronize");
         continue;
       }
-      cudaError_t q = cudaEventQuery(e);
-      if (q == cudaErrorNotReady) return false;
-      CudaCheck(q, "cudaEventQuery");
+      CudaStatus q = cuda_.EventQuery(e);
+      if (q == kCudaErrorNotReady) return false;
+      CudaCheck(cuda_, q, "cudaEventQuery");
     }
     return true;
   }
@@ -152,16 +146,17 @@ class CudaCopyEngine final : public CopyEngine {
   void Destroy() noexcept {
     for (auto& d : devices_) {
       try {
-        UseDevice(d.device);  // a device of this load: it has its context already
+        UseDevice(cuda_, d.device);  // a device of this load: it has its context already
       } catch (const Error&) {
       }
       if (d.stream != nullptr) (void)WaitForStream(d);
-      for (cudaEvent_t e : d.events) (void)cudaEventDestroy(e);
-      if (d.stream != nullptr) (void)cudaStreamDestroy(d.stream);
+      for (CudaEvent e : d.events) (void)cuda_.EventDestroy(e);
+      if (d.stream != nullptr) (void)cuda_.StreamDestroy(d.stream);
     }
     devices_.clear();
   }
 
+  const CudaRuntime& cuda_;
   std::vector<PerDevice> devices_;
   std::vector<uint64_t> touched_;  // per slot: bit k set when device k copied from it
   uint64_t current_ = 0;           // devices touched by the slot being delivered
@@ -171,15 +166,13 @@ class CudaCopyEngine final : public CopyEngine {
 }  // namespace
 
 std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<CudaDevice>& devices, unsigned slots) {
+  try {
+    (void)Cuda();
+  } catch (const Error& e) {
+    throw Error(e.kind(), "cannot load to cuda:" + std::to_string(devices.empty() ? 0 : devices[0].index) + ": " + e.what());
+  }
   return std::make_unique<CudaCopyEngine>(devices, slots);
 }
 
-#else
-
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(const std::vector<CudaDevice>&, unsigned) {
-  throw Error(ErrorKind::kUnsupported, "zckpt was built without CUDA: cannot load to a CUDA device");
-}
-
-#endif
 
 }  // namespace zckpt::loader

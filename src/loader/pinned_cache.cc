@@ -1,7 +1,5 @@
 #include "loader/pinned_cache.h"
 
-#if ZCKPT_WITH_CUDA
-
 #include <cstdlib>
 #include <string>
 
@@ -37,8 +35,9 @@ uint8_t* PinnedCache::Take(uint64_t bytes) {
     return best_p;
   }
   void* p = nullptr;
-  CudaCheck(cudaHostAlloc(&p, bytes, cudaHostAllocPortable),
-            ("cudaHostAlloc of a " + std::to_string(bytes) + "-byte pinned ring slot").c_str());
+  const CudaRuntime& cuda = Cuda();
+  CudaCheck(cuda, cuda.HostAlloc(&p, bytes, kCudaHostAllocPortable),
+            "cudaHostAlloc of a " + std::to_string(bytes) + "-byte pinned ring slot");
   ++stats_.allocations;
   stats_.in_use_bytes += bytes;
   buffers_[static_cast<uint8_t*>(p)] = Buffer{bytes, true, 0};
@@ -68,7 +67,7 @@ void PinnedCache::TrimLocked(uint64_t keep) noexcept {
       if (!it->second.in_use && (oldest == buffers_.end() || it->second.given_back < oldest->second.given_back))
         oldest = it;
     if (oldest == buffers_.end()) return;
-    (void)cudaFreeHost(oldest->first);
+    (void)Cuda().FreeHost(oldest->first);  // loaded: the buffer came from it
     ++stats_.frees;
     stats_.cached_bytes -= oldest->second.bytes;
     buffers_.erase(oldest);
@@ -87,5 +86,3 @@ PinnedCache::Stats PinnedCache::stats() const {
 }
 
 }  // namespace zckpt::loader
-
-#endif  // ZCKPT_WITH_CUDA

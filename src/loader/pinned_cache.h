@@ -1,4 +1,4 @@
-// Pinned host memory kept across CUDA loads (torch-free; built with the CUDA path only).
+// Pinned host memory kept across CUDA loads (torch-free; the runtime through cudart_loader.h).
 //
 // cudaHostAlloc page-locks memory, which synchronizes the device, and cudaFreeHost synchronizes
 // it too: a load that allocated and freed its ring on every call would stall the NCCL and compute

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loader/cudart_loader.h"
 #include "loader/host_load.h"
 #include "loader/map_verify.h"
 #include "loader/mapping.h"
@@ -123,6 +124,18 @@ py::dict LoadHost(const Container& c, const std::vector<std::tuple<std::string, 
   return HostLoadStats(s);
 }
 
+// Runs loader::LoadRanges without the GIL; its figures as a dict.
+py::dict RunLoadRanges(const Container& c, const std::vector<loader::ByteRange>& ranges,
+                       const std::vector<loader::CudaDevice>& devices, bool verify, std::optional<unsigned> threads,
+                       std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
+  LoadStats s;
+  {
+    py::gil_scoped_release release;
+    s = loader::LoadRanges(c, ranges, RingOptions(verify, threads, slots, slot_bytes), devices);
+  }
+  return HostLoadStats(s);
+}
+
 // (storage index, begin, end, address) per byte range to fill (a tensor record's storage and
 // byte_begin/byte_end): load_into's CPU targets, or the staging buffers of those it cannot write
 // straight. The caller's memory, kept alive by the caller for the call.
@@ -130,16 +143,29 @@ py::dict LoadRangesHost(const Container& c,
                         const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>>& targets, bool verify,
                         std::optional<unsigned> threads, std::optional<unsigned> slots,
                         std::optional<uint64_t> slot_bytes) {
-  std::vector<loader::HostRange> ranges;
+  std::vector<loader::ByteRange> ranges;
   ranges.reserve(targets.size());
   for (const auto& [storage, begin, end, address] : targets)
     ranges.push_back({storage, begin, end, reinterpret_cast<uint8_t*>(address)});
-  LoadStats s;
-  {
-    py::gil_scoped_release release;
-    s = loader::LoadRangesToHost(c, ranges, RingOptions(verify, threads, slots, slot_bytes));
-  }
-  return HostLoadStats(s);
+  return RunLoadRanges(c, ranges, {}, verify, threads, slots, slot_bytes);
+}
+
+// (storage index, begin, end, address, device) per byte range, device -1 for host memory, else a
+// CUDA device index whose stream the copies wait for is in `streams` (device -> cudaStream_t
+// address: torch's current stream there, 0 for the legacy default stream). The Python layer
+// allocates with torch and holds torch's device guard; the CUDA runtime is the one torch loaded.
+py::dict LoadRangesDevice(const Container& c,
+                          const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t, int32_t>>& targets,
+                          const std::map<int32_t, uintptr_t>& streams, bool verify, std::optional<unsigned> threads,
+                          std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
+  std::vector<loader::ByteRange> ranges;
+  ranges.reserve(targets.size());
+  for (const auto& [storage, begin, end, address, device] : targets)
+    ranges.push_back({storage, begin, end, reinterpret_cast<uint8_t*>(address), device});
+  std::vector<loader::CudaDevice> devices;
+  for (const auto& [index, stream] : streams)
+    devices.push_back({index, reinterpret_cast<CUstream_st*>(stream)});
+  return RunLoadRanges(c, ranges, devices, verify, threads, slots, slot_bytes);
 }
 
 // Bytes of a storage inside the file's copy-on-write mapping (loader::Mapping), which stays mapped
@@ -291,12 +317,23 @@ PYBIND11_MODULE(_core, m) {
         return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(b.bytes())}, {1});
       });
+  // (path, version) of the CUDA runtime CUDA loads use (loaded now if it is not yet): torch's
+  // libcudart when torch loaded one; version as cudaRuntimeGetVersion gives it (12080: 12.8).
+  m.def("cuda_runtime", [] {
+    const zckpt::loader::CudaRuntime& rt = zckpt::loader::Cuda();
+    int version = 0;
+    (void)rt.RuntimeGetVersion(&version);
+    return py::make_tuple(rt.path, version);
+  });
   py::class_<Container, std::shared_ptr<Container>> checkpoint(m, "Checkpoint", py::module_local());
   zckpt::python::BindCommon(m, checkpoint);
   checkpoint.def("load_host", &zckpt::python::LoadHost, py::arg("targets"), py::arg("verify") = true,
                  py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
       .def("load_ranges_host", &zckpt::python::LoadRangesHost, py::arg("targets"), py::arg("verify") = true,
            py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
+      .def("load_ranges", &zckpt::python::LoadRangesDevice, py::arg("targets"), py::arg("streams"),
+           py::arg("verify") = true, py::arg("threads") = py::none(), py::arg("slots") = py::none(),
+           py::arg("slot_bytes") = py::none())
       .def("verify_chunks", &zckpt::python::VerifyChunks, py::arg("threads") = py::none())
       .def("map_storages", &zckpt::python::MapStorages, py::arg("verify") = false, py::arg("threads") = py::none());
 }

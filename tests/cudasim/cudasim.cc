@@ -359,6 +359,12 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// The simulator answers as a CUDA 12.8 runtime.
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = 12080;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int* device) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.m);
@@ -663,3 +669,14 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpy
 }
 
 }  // extern "C"
+
+extern "C" uint64_t cudasim_copy_bytes(int device) {
+  cudasim::Counters c = cudasim::Read();
+  return device >= 0 && static_cast<size_t>(device) < c.devices.size() ? c.devices[device].copy_bytes : 0;
+}
+
+extern "C" uint64_t cudasim_violation_count() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.m);
+  return s.violations.size();
+}

@@ -57,3 +57,9 @@ Counters Read();
 std::vector<std::string> TakeViolations();
 
 }  // namespace cudasim
+
+// The same figures for tests that load the simulator from another language (ctypes in
+// tests/python/test_core_cuda.py): host-to-device bytes copied to `device` so far, and the
+// violations caught so far (not cleared).
+extern "C" uint64_t cudasim_copy_bytes(int device);
+extern "C" uint64_t cudasim_violation_count();

@@ -9,8 +9,9 @@ from ._args import path_of as _path
 from ._args import ring_sizes
 from ._errors import CorruptError, ZckptError
 from ._host import frombuffer, host_bytes
-from ._into_host import load_into_host
+from ._into import load_into_targets
 from ._oom import OutOfMemoryError  # noqa: F401 - zckpt.OutOfMemoryError
+from ._ranges import device_bytes, device_index, load_ranges
 from ._restore import unpickle
 from ._sharded import FLAG_SHARDED, process_rank
 from ._fsdp import fsdp1_modules, load_into_fsdp1
@@ -18,8 +19,8 @@ from ._targets import optimizer_tensors, resolve
 
 
 def _libzckpt():
-    """zckpt._C, which links LibTorch: what CUDA destinations, FSDP1 modules and DCP still go
-    through. Imported on first use only, so that everything else works under any torch 2.x."""
+    """zckpt._C, which links LibTorch: what FSDP1 modules still go through. Imported on first use
+    only, so that everything else works under any torch 2.x."""
     from ._ext import _C
 
     return _C
@@ -165,21 +166,7 @@ def load(f, map_location=None, weights_only=True, mmap=False, *, verify=True, al
     ckpt = _core.open(path)
     info = ckpt.describe()
     devices = {s["key"]: where.device(s["location"]) for s in info["storages"]}
-    if mmap or all(d.type in ("cpu", "meta") for d in devices.values()):
-        return _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap)
-    # A CUDA destination: libzckpt's pinned ring, through _C on a checkpoint it opens itself.
-    _C = _libzckpt()
-    ckpt = _C.open(path)
-    info = ckpt.describe()
-    devices = {s["key"]: where.device(s["location"]) for s in info["storages"]}
-    legacy = info["metadata"].get("zckpt.source.format") == "legacy"
-    pickle_bytes = ckpt.vetted_pickle(allowed)
-    loaded = {key: str(dev) for key, dev in devices.items() if dev.type != "meta"}
-    raw = ckpt.load_storages(loaded, verify, _C.Ring(**sizes))
-    for s in info["storages"]:
-        if devices[s["key"]].type == "meta":
-            raw[s["key"]] = torch.empty(s["bytes"], dtype=torch.uint8, device="meta")
-    return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
+    return _load_storages(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap)
 
 
 def _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy):
@@ -199,29 +186,35 @@ def _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
     return _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt)
 
 
-def _load_host(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap):
-    """load() when every storage goes to the CPU (or the meta device), or is mapped: the
-    torch-free core fills memory allocated here (or maps the file), then torch's unpickler
-    replays the vetted pickle over it."""
+def _load_storages(path, ckpt, info, devices, where, weights_only, allowed, verify, sizes, mmap):
+    """load() on the torch-free core: each storage allocated here on its device (or the file
+    mapped), filled by one streaming pass, then torch's unpickler replays the vetted pickle over
+    them."""
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
     pickle_bytes = ckpt.vetted_pickle(allowed)
     if mmap:
         raw = {key: frombuffer(b) for key, b in ckpt.map_storages(verify, sizes["threads"]).items()}
         return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
-    raw, targets = {}, []
-    for s in info["storages"]:
-        key, n = s["key"], s["bytes"]
-        if devices[key].type == "meta":
+    for key, device in devices.items():  # every device checked before anything is allocated
+        if device.type != "meta":
+            device_index(device)
+    raw, ranges = {}, []
+    for index, s in enumerate(info["storages"]):
+        key, n, device = s["key"], s["bytes"], devices[s["key"]]
+        if device.type == "meta":
             # torch.load(map_location="meta") reads no tensor bytes: storages of the saved size on
             # the meta device (transformers' from_pretrained asks for this).
             raw[key] = torch.empty(n, dtype=torch.uint8, device="meta")
             continue
-        try:
-            raw[key], address = host_bytes(n)
-        except (MemoryError, RuntimeError) as e:
-            raise OutOfMemoryError(f"{path}: cannot allocate {n} bytes of host memory for storage '{key}': {e}") from e
-        targets.append((key, address, n))
-    ckpt.load_host(targets, verify, **sizes)
+        if device.type == "cuda":
+            raw[key], address = device_bytes(path, n, device, f"storage '{key}'")
+        else:
+            try:
+                raw[key], address = host_bytes(n)
+            except (MemoryError, RuntimeError) as e:
+                raise OutOfMemoryError(f"{path}: cannot allocate {n} bytes of host memory for storage '{key}': {e}") from e
+        ranges.append((index, 0, n, address, device_index(device)))
+    load_ranges(ckpt, ranges, verify, **sizes)
     return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
 
 
@@ -302,21 +295,14 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
         return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, _libzckpt().Ring(**sizes))
     entries = _named_tensors(target)  # a target of the wrong type is refused before the file is opened
-    # One open file for the records, the param_groups and the tensors (as load). CPU targets are
-    # filled by the torch-free core; any other device goes through _C, on a file it opens itself.
+    # One open file for the records, the param_groups and the tensors (as load).
     ckpt = _core.open(path)
     named = resolve(path, target, entries, ckpt)
-    on_host = all(t.device.type == "cpu" for _, t in named)
     saved_groups = None
     if isinstance(target, torch.optim.Optimizer):
         # Checked before any tensor is touched, as optimizer.load_state_dict does.
         saved_groups = _saved_param_groups(ckpt, target, weights_only, allowed)
-    if on_host:
-        missing, unexpected = load_into_host(ckpt, named, strict, verify, allowed, sizes)
-    else:
-        device_ckpt = _libzckpt().open(path)
-        with torch.no_grad():
-            missing, unexpected = device_ckpt.load_into(named, strict, verify, allowed, _libzckpt().Ring(**sizes))
+    missing, unexpected = load_into_targets(ckpt, named, strict, verify, allowed, sizes)
     if saved_groups is not None:
         _restore_param_groups(target, saved_groups)
     return missing, unexpected

@@ -10,7 +10,8 @@ from ._args import allowed_globals as _allowed
 from ._args import path_of as _path
 from ._errors import CorruptError, ZckptError
 from ._host import RecentBuffers, byte_batches, frombuffer
-from ._into_host import saved_contiguous, saved_dtype, saved_view, viewable_problem
+from ._into import saved_contiguous, saved_dtype, saved_view, viewable_problem
+from ._ranges import device_bytes, device_index, load_ranges
 from ._sharded import FLAG_INTERNAL, records_of
 
 _INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json
@@ -87,43 +88,31 @@ def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, mmap=Fa
     All files are opened when iter_tensors is called and read through those open files, so a
     checkpoint renamed over the path meanwhile is read whole from the files opened.
     """
-    return stream(open_containers(path, device), device, verify=verify, verify_first=verify_first, mmap=mmap,
+    return stream(open_containers(path), device, verify=verify, verify_first=verify_first, mmap=mmap,
                   allow_globals=allow_globals)
 
 
-def _on_host(device):
-    return torch.device(device).type == "cpu"
-
-
-def open_containers(path, device="cpu"):
-    """Every container_files(path), opened now, in load order: what stream() and table_of()
-    read, so both see the same files whatever is renamed over `path` later. For the CPU (and
-    for table_of) they are the torch-free core's checkpoints; for a CUDA device, _C's (which
-    links LibTorch and the CUDA runtime)."""
-    if _on_host(device):
-        return [_core.open(f) for f in container_files(path)]
-    from ._ext import _C
-
-    return [_C.open(f) for f in container_files(path)]
+def open_containers(path):
+    """Every container_files(path), opened now as the torch-free core's checkpoints, in load
+    order: what stream() and table_of() read, so both see the same files whatever is renamed over
+    `path` later."""
+    return [_core.open(f) for f in container_files(path)]
 
 
 def stream(checkpoints, device="cpu", *, verify=True, verify_first=False, mmap=False, allow_globals=()):
     """iter_tensors over containers already open (open_containers)."""
-    device = str(torch.device(device))
+    device = torch.device(device)
     allowed = _allowed(allow_globals)
     if mmap:
-        if device != "cpu":
-            raise ValueError(f"mmap=True gives CPU views of the files; device {device!r} needs mmap=False")
+        if device.type != "cpu":
+            raise ValueError(f"mmap=True gives CPU views of the files; device {str(device)!r} needs mmap=False")
         check = verify or verify_first
         if verify_first:  # every file mapped and checked now
             return _flatten([_mapped_tensors(c, check, allowed) for c in checkpoints])
         return _flatten(_mapped_tensors(c, check, allowed) for c in checkpoints)  # each file when reached
     # Everything that can fail before data moves, for every file, before the first yield.
-    if device == "cpu":
-        return _flatten([_host_tensors(c, verify, verify_first, allowed) for c in checkpoints])
-    from ._ext import _C
-
-    return _flatten([_C.tensor_stream(c, device, verify, verify_first, allowed) for c in checkpoints])
+    device_index(device)  # ValueError for a device zckpt cannot load to
+    return _flatten([_streamed_tensors(c, device, verify, verify_first, allowed) for c in checkpoints])
 
 
 def _plain_records(c, allowed):
@@ -139,14 +128,27 @@ def _plain_records(c, allowed):
     return records
 
 
-def _host_tensors(c, verify, verify_first, allowed):
-    """(name, CPU tensor) per record of the open `_core` checkpoint `c`, each a fresh contiguous
-    tensor filled by one streaming pass over that record's chunks (a generator, after the checks
-    of _plain_records and, with verify_first, every chunk of the file: those raise here)."""
+def _streamed_tensors(c, device, verify, verify_first, allowed):
+    """(name, tensor on `device`) per record of the open `_core` checkpoint `c`, each a fresh
+    contiguous tensor filled by one streaming pass over that record's chunks (a generator, after
+    the checks of _plain_records and, with verify_first, every chunk of the file: those raise
+    here)."""
     records = _plain_records(c, allowed)
     if verify_first:
         c.verify_chunks()
-    return _fill_each(c, records, verify)
+    buffers = RecentBuffers() if device.type == "cpu" else _DeviceBuffers(c.path, device)
+    return _fill_each(c, records, buffers, verify)
+
+
+class _DeviceBuffers:
+    """Fresh CUDA memory per tensor from torch's caching allocator, which reuses what the
+    consumer dropped (RecentBuffers' job on the host)."""
+
+    def __init__(self, path, device):
+        self.path, self.device, self.index = path, device, device_index(device)
+
+    def take(self, n):
+        return device_bytes(self.path, n, self.device, f"a tensor of {n} bytes")
 
 
 # Consecutive small tensors are filled by one streaming pass (a pass has a fixed cost: its threads
@@ -157,15 +159,14 @@ _BATCH_BYTES = 8 << 20
 def _fill(c, batch, buffers, verify):
     """(uint8 tensor, address) per record of `batch`, filled by one streaming pass."""
     raws = [buffers.take(r["byte_end"] - r["byte_begin"]) for r in batch]
-    ranges = [(r["storage"], r["byte_begin"], r["byte_end"], address)
+    ranges = [(r["storage"], r["byte_begin"], r["byte_end"], address, buffers.index)
               for r, (_, address) in zip(batch, raws) if r["byte_end"] > r["byte_begin"]]
     if ranges:
-        c.load_ranges_host(ranges, verify)
+        load_ranges(c, ranges, verify)
     return raws
 
 
-def _fill_each(c, records, verify):
-    buffers = RecentBuffers()
+def _fill_each(c, records, buffers, verify):
     for batch in byte_batches(records, lambda r: r["byte_end"] - r["byte_begin"], _BATCH_BYTES):
         try:
             raws = _fill(c, batch, buffers, verify)

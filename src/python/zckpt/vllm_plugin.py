@@ -204,7 +204,7 @@ def _loader_class(base):
         def load_weights(self, model, model_config):
             path = _checkpoint_path(model_config)
             # Each file opened once: the weights streamed and the table kept come from the same files.
-            checkpoints = _iter.open_containers(path, self.device)
+            checkpoints = _iter.open_containers(path)
             loaded = model.load_weights(self._weights(path, checkpoints, self.verify_first))
             if loaded is not None and model_config.quantization is None:
                 missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
@@ -217,7 +217,7 @@ def _loader_class(base):
             file is opened once: the table checked is that of the files streamed (a checkpoint
             renamed over the path meanwhile is never mixed in)."""
             path = _checkpoint_path(model_config)
-            checkpoints = _iter.open_containers(path, self.device)
+            checkpoints = _iter.open_containers(path)
             expected = getattr(model, _CHECKPOINT_ATTR, None)
             if expected is not None:
                 problems = update_problems(expected, _iter.table_of(checkpoints))

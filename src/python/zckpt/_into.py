@@ -1,12 +1,13 @@
-"""load_into for CPU targets on the torch-free core: the checks of the C++ LoadInto (names,
-dtype, shape, every target before the first byte moves), then one streaming pass that reads each
-tensor's bytes straight into its memory (`_core`'s load_ranges_host) or, for a view torch cannot
-take byte for byte (strided or offset in its storage, conj/neg bits, a non-contiguous target),
-into a staging buffer that is then copy_()'d into it."""
+"""load_into of CPU and CUDA targets on the torch-free core: the checks of the C++ LoadInto
+(names, dtype, shape, device, every target before the first byte moves), then one streaming pass
+that reads each tensor's bytes straight into its memory, host or device (`_ranges.load_ranges`),
+or, for a view torch cannot take byte for byte (strided or offset in its storage, conj/neg bits,
+a non-contiguous target), into a host staging buffer that is then copy_()'d into it."""
 import torch
 
 from ._errors import ZckptError
 from ._host import byte_batches
+from ._ranges import load_ranges
 from ._sharded import FLAG_INTERNAL
 
 # Tensor record flags (include/zckpt/format.h; _sharded.py has those of sharded tensors).
@@ -27,6 +28,8 @@ def _target_problem(name, t):
     """Why `t` cannot be written in place at all, or ""."""
     if t.layout != torch.strided:
         return f"target '{name}' is not a dense (strided) tensor"
+    if t.device.type not in ("cpu", "cuda"):
+        return f"target '{name}' is on {t.device}: only cpu and cuda targets are supported"
     # Wrapper subclasses (DTensor) have no storage of their own: writing through their data_ptr()
     # would write to nothing. Their local tensor is the target.
     try:
@@ -128,10 +131,15 @@ def saved_view(buffer, rec, dtype, base):
     return view
 
 
-def load_into_host(ckpt, named, strict, verify, allowed, sizes):
-    """Fills the CPU tensors of `named` ((name, tensor) pairs) from the open `_core` checkpoint
-    `ckpt`; returns (missing, unexpected). The object pickle is vetted and checked against the
-    index first (as by load): one container, one answer."""
+def _index(t):
+    """-1 for a CPU tensor, else its CUDA device's index."""
+    return t.device.index if t.is_cuda else -1
+
+
+def load_into_targets(ckpt, named, strict, verify, allowed, sizes):
+    """Fills the CPU and CUDA tensors of `named` ((name, tensor) pairs) from the open `_core`
+    checkpoint `ckpt`; returns (missing, unexpected). The object pickle is vetted and checked
+    against the index first (as by load): one container, one answer."""
     ckpt.vetted_pickle(allowed)
     matched, missing, unexpected = _check(ckpt.path, ckpt.tensor_records(), named, strict)
     direct, staged = [], []
@@ -142,16 +150,16 @@ def load_into_host(ckpt, named, strict, verify, allowed, sizes):
             direct.append((t, rec))
         else:
             staged.append((t, rec))
-    ranges = [(rec["storage"], rec["byte_begin"], rec["byte_end"], t.data_ptr()) for t, rec in direct]
+    ranges = [(rec["storage"], rec["byte_begin"], rec["byte_end"], t.data_ptr(), _index(t)) for t, rec in direct]
     # The first pass also fills the direct targets, so there is one even with nothing staged.
     passes = list(byte_batches(staged, lambda s: s[1]["byte_end"] - s[1]["byte_begin"],
                                _STAGED_BYTES_PER_PASS)) or [[]]
     with torch.no_grad():  # as load_state_dict: in-place copies into leaves
         for i, batch in enumerate(passes):
             buffers = [torch.empty(rec["byte_end"] - rec["byte_begin"], dtype=torch.uint8) for _, rec in batch]
-            extra = [(rec["storage"], rec["byte_begin"], rec["byte_end"], b.data_ptr())
+            extra = [(rec["storage"], rec["byte_begin"], rec["byte_end"], b.data_ptr(), -1)
                      for (_, rec), b in zip(batch, buffers)]
-            ckpt.load_ranges_host((ranges if i == 0 else []) + extra, verify, **sizes)
+            load_ranges(ckpt, (ranges if i == 0 else []) + extra, verify, **sizes)
             for (t, rec), b in zip(batch, buffers):
                 t.copy_(saved_view(b, rec, t.dtype, rec["byte_begin"]))
     # Bytes written behind autograd's back: bump the version counters as copy_ would have.

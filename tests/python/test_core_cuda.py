@@ -1,0 +1,175 @@
+"""CUDA loads on the torch-free core: `_core` loads libcudart at run time, never links it. Here the
+runtime is tests/cudasim's simulated asynchronous one, reached the way libcudart is (ZCKPT_CUDART
+names its file), in a process where torch cannot be imported: simulated device memory from
+cudaMalloc is filled by `Checkpoint.load_ranges` and read back with cudaMemcpy. Without a runtime
+to load, the error names what was searched."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import zckpt
+from zckpt_testing import build_root, ls_json
+
+SIM = os.path.join(build_root(), "tests", "cudasim", "libzckpt_cudasim.so")
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(SIM), reason="no tests/cudasim build (no CUDA runtime headers)")
+
+
+def _run(code, cwd, cudart=SIM):
+    """`code` in a fresh interpreter where torch cannot be imported, after DEVICE_HELPERS, with
+    ZCKPT_CUDART=`cudart`."""
+    env = dict(os.environ, ZCKPT_CUDART=cudart)
+    r = subprocess.run([sys.executable, "-c", NO_TORCH + DEVICE_HELPERS + textwrap.dedent(code)], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return r
+
+
+# In the child: the simulator's own functions through ctypes, as torch's would be.
+DEVICE_HELPERS = f"""
+import ctypes, os
+import zckpt._core as core
+sim = ctypes.CDLL({SIM!r})
+def malloc(n):
+    p = ctypes.c_void_p()
+    assert sim.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    return p.value
+def to_host(ptr, n):
+    out = ctypes.create_string_buffer(n)
+    assert sim.cudaMemcpy(out, ctypes.c_void_p(ptr), ctypes.c_size_t(n), 2) == 0
+    return out.raw
+def free(ptr):
+    assert sim.cudaFree(ctypes.c_void_p(ptr)) == 0
+sim.cudasim_copy_bytes.restype = ctypes.c_uint64
+sim.cudasim_violation_count.restype = ctypes.c_uint64
+"""
+
+
+@pytest.fixture(scope="module")
+def container(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("core_cuda")
+    g = torch.Generator().manual_seed(3)
+    state = {"big": torch.randn(3, 1024, 1024, generator=g),  # 12 MiB: several chunks of 4 MiB
+             "small": torch.arange(1000, dtype=torch.int64), "half": torch.randn(77, 33, generator=g).half()}
+    torch.save(state, folder / "m.pt")
+    zckpt.convert(str(folder / "m.pt"), str(folder / "m.zckpt"), chunk_bytes=4 << 20)
+    return folder
+
+
+def test_storages_and_ranges_fill_simulated_device_memory(container):
+    r = _run(f"""
+        ckpt = core.open({str(container / 'm.zckpt')!r})
+        recs = ckpt.tensor_records()
+        path, version = core.cuda_runtime()
+        print("runtime", os.path.basename(path), version)
+        # Every tensor's bytes: big on the device in two ranges that split a chunk, the rest on the
+        # host, in one pass; then the same again all on the device.
+        expect = {{}}
+        for rec in recs:
+            n = rec["byte_end"] - rec["byte_begin"]
+            buf = bytearray(n)
+            addr = ctypes.addressof((ctypes.c_char * n).from_buffer(buf))
+            ckpt.load_ranges_host([(rec["storage"], rec["byte_begin"], rec["byte_end"], addr)])
+            expect[rec["name"]] = bytes(buf)
+        targets, device_ptrs, host_bufs = [], {{}}, {{}}
+        for rec in recs:
+            n = rec["byte_end"] - rec["byte_begin"]
+            if rec["name"] == "big":
+                p = malloc(n)
+                device_ptrs["big"] = (p, n)
+                mid = rec["byte_begin"] + 5 * 1000 * 1000 + 3  # inside the second chunk
+                targets.append((rec["storage"], rec["byte_begin"], mid, p, 0))
+                targets.append((rec["storage"], mid, rec["byte_end"], p + (mid - rec["byte_begin"]), 0))
+            else:
+                buf = bytearray(n)
+                host_bufs[rec["name"]] = buf
+                targets.append((rec["storage"], rec["byte_begin"], rec["byte_end"],
+                                ctypes.addressof((ctypes.c_char * n).from_buffer(buf)), -1))
+        copied = sim.cudasim_copy_bytes(0)
+        stats = ckpt.load_ranges(targets, {{0: 0}})
+        p, n = device_ptrs["big"]
+        print("device copies", sim.cudasim_copy_bytes(0) - copied == n)
+        print("big", to_host(p, n) == expect["big"])
+        for name, buf in host_bufs.items():
+            print(name, bytes(buf) == expect[name])
+        print("verified", stats["verified"], stats["raw_bytes"] >= n)
+        free(p)
+        all_dev = []
+        for rec in recs:
+            n = rec["byte_end"] - rec["byte_begin"]
+            all_dev.append((rec["name"], malloc(n), n))
+        ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], p, 0)
+                          for rec, (_, p, n) in zip(recs, all_dev)], {{0: 0}}, slots=2, slot_bytes=1 << 20)
+        print("all", all(to_host(p, n) == expect[name] for name, p, n in all_dev))
+        for _, p, _ in all_dev:
+            free(p)
+        print("violations", sim.cudasim_violation_count())
+    """, container)
+    lines = r.stdout.split("\n")
+    assert lines[0] == "runtime libzckpt_cudasim.so 12080", r.stdout
+    assert "big True" in lines and "small True" in lines and "half True" in lines, r.stdout
+    assert "verified True True" in lines and "all True" in lines, r.stdout
+    assert "device copies True" in lines and "violations 0" in lines, r.stdout  # DMA, not a host memcpy
+    assert "violation" not in r.stderr.lower(), r.stderr[-3000:]
+
+
+def test_a_corrupt_chunk_on_the_device_path_fails_the_load(container, tmp_path):
+    bad = tmp_path / "bad.zckpt"
+    bad.write_bytes((container / "m.zckpt").read_bytes())
+    # The last byte of the big tensor's first chunk (4 MiB of storage 0, stored raw).
+    storage = ls_json(bad)["storages"][0]
+    with open(bad, "r+b") as f:
+        f.seek(storage["offset"] + (4 << 20) - 1)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    r = _run(f"""
+        ckpt = core.open({str(bad)!r})
+        rec = [r for r in ckpt.tensor_records() if r["name"] == "big"][0]
+        n = rec["byte_end"] - rec["byte_begin"]
+        p = malloc(n)
+        try:
+            ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], p, 0)], {{0: 0}})
+            print("loaded")
+        except Exception as e:
+            print(type(e).__name__, e)
+        free(p)
+    """, tmp_path)
+    assert r.stdout.startswith("CorruptError"), r.stdout + r.stderr[-2000:]
+    assert str(bad) in r.stdout
+
+
+def test_a_device_without_a_stream_is_refused_before_any_byte_moves(container):
+    r = _run(f"""
+        ckpt = core.open({str(container / 'm.zckpt')!r})
+        rec = ckpt.tensor_records()[0]
+        try:
+            ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], 4096, 1)], {{0: 0}})
+        except Exception as e:
+            print(type(e).__name__, e)
+    """, container)
+    assert "goes to cuda:1, which has no stream given for the load" in r.stdout, r.stdout + r.stderr
+
+
+def test_no_cuda_runtime_names_what_was_searched(container):
+    missing = str(container / "no-such-libcudart.so.12")
+    r = _run(f"""
+        ckpt = core.open({str(container / 'm.zckpt')!r})
+        rec = ckpt.tensor_records()[0]
+        for call in (lambda: core.cuda_runtime(),
+                     lambda: ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], 4096, 0)], {{0: 0}})):
+            try:
+                call()
+                print("loaded")
+            except Exception as e:
+                print(type(e).__name__, e)
+    """, container, cudart=missing)
+    lines = r.stdout.strip().split("\n")
+    assert len(lines) == 2, r.stdout + r.stderr
+    assert all(f"ZCKPT_CUDART={missing} does not load" in line for line in lines), r.stdout
+    assert lines[1].split(" ", 1)[1].startswith("cannot load to cuda:0: no CUDA runtime could be loaded"), r.stdout
