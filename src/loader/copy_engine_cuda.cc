@@ -12,7 +12,7 @@
 #include <deque>
 #include <string>
 
-#include "loader/cuda_check.h"
+#include "common/cuda_check.h"
 #include "loader/pinned_cache.h"
 #include "zckpt/error.h"
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "loader/cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace zckpt::loader {
 

@@ -20,7 +20,7 @@
 #include <tuple>
 #include <vector>
 
-#include "loader/cudart_loader.h"
+#include "common/cudart_loader.h"
 #include "loader/host_load.h"
 #include "loader/map_verify.h"
 #include "loader/mapping.h"
@@ -216,19 +216,24 @@ py::dict MapStorages(const Container& c, bool verify, std::optional<unsigned> th
   return d;
 }
 
-// zckpt.save of host storages: the pickle torch's pickler made, each storage by (address, bytes)
-// (the caller keeps them alive for the call), the archive's other records as torch's zip writer
-// made them (zckpt/_save.py). Writes with the GIL released; returns SaveStats as a dict.
+// zckpt.save: the pickle torch's pickler made, each storage by (address, bytes, device: -1 for
+// host memory, else a CUDA device index) (the caller keeps them alive for the call), the
+// archive's other records as torch's zip writer made them (zckpt/_save.py). CUDA storages go
+// through the pinned ring of save/device_reader.h, its copies waiting for `streams`' stream on
+// their device (device -> cudaStream_t address; the caller holds torch's device guard). Writes
+// with the GIL released; returns SaveStats as a dict.
 py::dict SavePickled(const std::string& path, const py::bytes& pickle,
-                     const std::map<std::string, std::pair<uintptr_t, uint64_t>>& storages,
+                     const std::map<std::string, std::tuple<uintptr_t, uint64_t, int>>& storages,
                      const std::vector<std::string>& records_before, const std::vector<std::string>& records_after,
                      const std::map<std::string, py::bytes>& record_bytes, const std::string& prefix,
                      const std::map<std::string, std::string>& metadata, uint64_t chunk_bytes, int zstd_level,
-                     unsigned threads) {
+                     unsigned threads, const std::map<int, uintptr_t>& streams) {
   save::PickledBytes checkpoint;
   checkpoint.pickle = pickle;
-  for (const auto& [key, where] : storages)
-    checkpoint.storages[key] = {reinterpret_cast<const uint8_t*>(where.first), where.second, -1};
+  for (const auto& [key, where] : storages) {
+    const auto& [address, bytes, device] = where;
+    checkpoint.storages[key] = {reinterpret_cast<const uint8_t*>(address), bytes, device};
+  }
   checkpoint.records_before = records_before;
   checkpoint.records_after = records_after;
   for (const auto& [name, bytes] : record_bytes) checkpoint.record_bytes[name] = bytes;
@@ -241,7 +246,12 @@ py::dict SavePickled(const std::string& path, const py::bytes& pickle,
   SaveStats s;
   {
     py::gil_scoped_release release;
-    s = save::SavePickledBytes(path, checkpoint, options);
+    s = save::SavePickledBytes(path, checkpoint, options, [&] {
+      return save::MakeCudaReader(options.cuda_slots, options.cuda_slot_bytes, [&streams](int device) {
+        auto it = streams.find(device);
+        return it == streams.end() ? nullptr : reinterpret_cast<CUstream_st*>(it->second);
+      });
+    });
   }
   return SaveStatsDict(path, s);
 }
@@ -300,7 +310,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("copy_host_bytes", &zckpt::python::CopyHostBytes, py::arg("copies"), py::arg("threads") = 0);
   m.def("save_pickled", &zckpt::python::SavePickled, py::arg("path"), py::arg("pickle"), py::arg("storages"),
         py::arg("records_before"), py::arg("records_after"), py::arg("record_bytes"), py::arg("prefix"),
-        py::arg("metadata"), py::arg("chunk_bytes") = 0, py::arg("zstd_level") = 0, py::arg("threads") = 0);
+        py::arg("metadata"), py::arg("chunk_bytes") = 0, py::arg("zstd_level") = 0, py::arg("threads") = 0,
+        py::arg("streams") = std::map<int, uintptr_t>{});
 
   py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol(), py::module_local())
       .def(py::init<uint64_t>(), py::arg("bytes"))
@@ -320,7 +331,7 @@ PYBIND11_MODULE(_core, m) {
   // (path, version) of the CUDA runtime CUDA loads use (loaded now if it is not yet): torch's
   // libcudart when torch loaded one; version as cudaRuntimeGetVersion gives it (12080: 12.8).
   m.def("cuda_runtime", [] {
-    const zckpt::loader::CudaRuntime& rt = zckpt::loader::Cuda();
+    const zckpt::CudaRuntime& rt = zckpt::Cuda();
     int version = 0;
     (void)rt.RuntimeGetVersion(&version);
     return py::make_tuple(rt.path, version);

@@ -1,13 +1,15 @@
 // Reading device memory out chunk by chunk through a small pinned ring: device -> pinned slot ->
 // sink, never a host copy of a whole storage. Copies run on a CUDA stream of ours that first
-// waits for torch's current stream on that device (so kernels still writing the tensor finish
-// first), up to `slots` copies in flight while the sink consumes the oldest.
+// waits for the caller's stream on that device (torch's current stream: kernels still writing the
+// tensor finish first), up to `slots` copies in flight while the sink consumes the oldest.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+
+struct CUstream_st;  // cudaStream_t, named without the CUDA headers
 
 namespace zckpt::save {
 
@@ -23,8 +25,15 @@ class DeviceReader {
   virtual uint64_t ring_bytes() const = 0;
 };
 
-// Error(kUnsupported) in a build without CUDA; the pinned ring is allocated here (through
-// torch's caching host allocator, so repeated saves reuse it).
-std::unique_ptr<DeviceReader> MakeCudaReader(unsigned slots, uint64_t slot_bytes);
+// The caller's stream on CUDA device `device`, which the reader's copies there wait for (nullptr:
+// the legacy default stream).
+using StreamToWaitFor = std::function<CUstream_st*(int device)>;
+
+// The CUDA runtime is loaded here (common/cudart_loader.h): Error(kUnsupported) naming what was
+// searched when there is none. The pinned ring is taken at the first Read and kept for the next
+// save. The reader makes devices current as it needs them and does not switch back (as the
+// loader's engine: restoring could create a context on an untouched device); callers hold their
+// own device guard (torch's).
+std::unique_ptr<DeviceReader> MakeCudaReader(unsigned slots, uint64_t slot_bytes, StreamToWaitFor wait_for);
 
 }  // namespace zckpt::save

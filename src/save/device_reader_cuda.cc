@@ -1,61 +1,67 @@
+// The CUDA device reader: device -> pinned ring slot -> sink, on a stream of ours per device that
+// first waits for the caller's stream there. Torch-free: it calls the CUDA runtime
+// src/common/cudart_loader.h loads at run time, so the Python module's `_core` and libzckpt_save
+// (zckpt::Save) share it, and tests/cudasim runs it without a GPU.
+#include <deque>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "common/cuda_check.h"
 #include "save/device_reader.h"
 #include "zckpt/error.h"
 
-#if ZCKPT_WITH_CUDA
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-
-#include <deque>
-#include <map>
-#include <vector>
-#endif
-
 namespace zckpt::save {
-
-#if ZCKPT_WITH_CUDA
 
 namespace {
 
-void Check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();
-  throw Error(ErrorKind::kIo, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+// The ring of the last save, kept pinned for the next: page-locking memory and cudaFreeHost each
+// synchronize the device, which a trainer saving every N steps should not pay every time. Never
+// freed at exit (the runtime may be gone by then); a larger ring replaces it.
+struct KeptRing {
+  std::mutex mutex;
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  bool in_use = false;
+};
+
+KeptRing& Kept() {
+  static KeptRing* kept = new KeptRing;
+  return *kept;
 }
 
 class CudaReader final : public DeviceReader {
  public:
-  CudaReader(unsigned slots, uint64_t slot_bytes) : slots_(slots), slot_bytes_(slot_bytes) {
+  CudaReader(unsigned slots, uint64_t slot_bytes, StreamToWaitFor wait_for)
+      : cuda_(Cuda()), slots_(slots), slot_bytes_(slot_bytes), wait_for_(std::move(wait_for)) {
     if (slots == 0 || slot_bytes == 0) throw Error(ErrorKind::kInvalidArgument, "the CUDA ring needs slots of some bytes");
   }
   ~CudaReader() override {
     for (auto& [device, d] : devices_) {
-      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-      (void)cudaStreamSynchronize(d.stream);
-      for (cudaEvent_t e : d.events) (void)cudaEventDestroy(e);
-      (void)cudaEventDestroy(d.ready);
-      (void)cudaStreamDestroy(d.stream);
+      try {
+        UseDevice(cuda_, device);  // a device this reader used: it has its context already
+      } catch (const Error&) {
+      }
+      (void)cuda_.StreamSynchronize(d.stream);
+      for (CudaEvent e : d.events) (void)cuda_.EventDestroy(e);
+      (void)cuda_.EventDestroy(d.ready);
+      (void)cuda_.StreamDestroy(d.stream);
     }
+    ReleaseRing();
   }
 
-  uint64_t ring_bytes() const override { return ring_.defined() ? static_cast<uint64_t>(ring_.numel()) : 0; }
+  uint64_t ring_bytes() const override { return ring_ != nullptr ? uint64_t{slots_} * slot_bytes_ : 0; }
 
   void Read(const void* src, uint64_t bytes, int device,
             const std::function<void(std::span<const uint8_t>)>& sink) override {
     if (bytes == 0) return;
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    UseDevice(cuda_, device);
     PerDevice& d = Device(device);
-    if (!ring_.defined())  // pinned, from torch's caching host allocator (reused by the next save)
-      ring_ = at::empty({static_cast<int64_t>(uint64_t{slots_} * slot_bytes_)},
-                        at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    // Our stream waits for whatever torch's current stream still has queued on this device.
-    Check(cudaEventRecord(d.ready, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()),
-          "cudaEventRecord");
-    Check(cudaStreamWaitEvent(d.stream, d.ready, 0), "cudaStreamWaitEvent");
-    auto* host = static_cast<uint8_t*>(ring_.data_ptr());
+    if (ring_ == nullptr) TakeRing();
+    // Our stream waits for whatever the caller's stream still has queued on this device.
+    CudaCheck(cuda_, cuda_.EventRecord(d.ready, wait_for_ ? wait_for_(device) : nullptr), "cudaEventRecord");
+    CudaCheck(cuda_, cuda_.StreamWaitEvent(d.stream, d.ready, 0), "cudaStreamWaitEvent");
     const auto* from = static_cast<const uint8_t*>(src);
     struct Piece {
       unsigned slot;
@@ -70,64 +76,99 @@ class CudaReader final : public DeviceReader {
           uint64_t n = std::min(slot_bytes_, bytes - issued);
           unsigned slot = next_slot;
           next_slot = (next_slot + 1) % slots_;
-          Check(cudaMemcpyAsync(host + uint64_t{slot} * slot_bytes_, from + issued, n, cudaMemcpyDeviceToHost, d.stream),
-                "cudaMemcpyAsync (device to pinned host)");
-          Check(cudaEventRecord(d.events[slot], d.stream), "cudaEventRecord");
+          CudaCheck(cuda_,
+                    cuda_.MemcpyAsync(ring_ + uint64_t{slot} * slot_bytes_, from + issued, n, kCudaMemcpyDeviceToHost,
+                                      d.stream),
+                    "cudaMemcpyAsync (device to pinned host)");
+          CudaCheck(cuda_, cuda_.EventRecord(d.events[slot], d.stream), "cudaEventRecord");
           in_flight.push_back({slot, n});
           issued += n;
         }
         Piece p = in_flight.front();
-        Check(cudaEventSynchronize(d.events[p.slot]), "cudaEventSynchronize");
+        CudaCheck(cuda_, cuda_.EventSynchronize(d.events[p.slot]), "cudaEventSynchronize");
         in_flight.pop_front();
-        sink(std::span<const uint8_t>(host + uint64_t{p.slot} * slot_bytes_, p.bytes));
+        sink(std::span<const uint8_t>(ring_ + uint64_t{p.slot} * slot_bytes_, p.bytes));
       }
     } catch (...) {
-      (void)cudaStreamSynchronize(d.stream);  // no copy may still write the ring
+      (void)cuda_.StreamSynchronize(d.stream);  // no copy may still write the ring
       throw;
     }
   }
 
  private:
   struct PerDevice {
-    cudaStream_t stream = nullptr;
-    cudaEvent_t ready = nullptr;
-    std::vector<cudaEvent_t> events;  // one per slot
+    CudaStream stream = nullptr;
+    CudaEvent ready = nullptr;
+    std::vector<CudaEvent> events;  // one per slot
   };
 
   PerDevice& Device(int device) {
     auto it = devices_.find(device);
     if (it != devices_.end()) return it->second;
-    PerDevice d;
-    Check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    devices_[device] = d;  // destroyed with the reader even if an event fails below
-    PerDevice& kept = devices_[device];
-    Check(cudaEventCreateWithFlags(&kept.ready, cudaEventDisableTiming), "cudaEventCreate");
+    PerDevice& d = devices_[device];  // destroyed with the reader even if a call below fails
+    CudaCheck(cuda_, cuda_.StreamCreateWithFlags(&d.stream, kCudaStreamNonBlocking), "cudaStreamCreate");
+    CudaCheck(cuda_, cuda_.EventCreateWithFlags(&d.ready, kCudaEventDisableTiming), "cudaEventCreate");
     for (unsigned s = 0; s < slots_; ++s) {
-      cudaEvent_t e = nullptr;
-      Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      kept.events.push_back(e);
+      CudaEvent e = nullptr;
+      CudaCheck(cuda_, cuda_.EventCreateWithFlags(&e, kCudaEventDisableTiming), "cudaEventCreate");
+      d.events.push_back(e);
     }
-    return kept;
+    return d;
   }
 
+  // The kept ring when it is free and large enough, else a new one (kept unless another save
+  // holds the kept one).
+  void TakeRing() {
+    const uint64_t need = uint64_t{slots_} * slot_bytes_;
+    KeptRing& k = Kept();
+    std::lock_guard<std::mutex> lock(k.mutex);
+    if (!k.in_use && k.bytes >= need) {
+      ring_ = k.data;
+      k.in_use = kept_ = true;
+      return;
+    }
+    void* p = nullptr;
+    CudaCheck(cuda_, cuda_.HostAlloc(&p, need, kCudaHostAllocPortable),
+              "cudaHostAlloc of a " + std::to_string(need) + "-byte pinned save ring");
+    ring_ = static_cast<uint8_t*>(p);
+    if (!k.in_use) {
+      if (k.data != nullptr) (void)cuda_.FreeHost(k.data);
+      k.data = ring_;
+      k.bytes = need;
+      k.in_use = kept_ = true;
+    }
+  }
+
+  void ReleaseRing() noexcept {
+    if (ring_ == nullptr) return;
+    if (!kept_) {
+      (void)cuda_.FreeHost(ring_);
+    } else {
+      KeptRing& k = Kept();
+      std::lock_guard<std::mutex> lock(k.mutex);
+      k.in_use = false;
+    }
+    ring_ = nullptr;
+  }
+
+  const CudaRuntime& cuda_;
   const unsigned slots_;
   const uint64_t slot_bytes_;
-  at::Tensor ring_;
+  const StreamToWaitFor wait_for_;
+  uint8_t* ring_ = nullptr;
+  bool kept_ = false;
   std::map<int, PerDevice> devices_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceReader> MakeCudaReader(unsigned slots, uint64_t slot_bytes) {
-  return std::make_unique<CudaReader>(slots, slot_bytes);
+std::unique_ptr<DeviceReader> MakeCudaReader(unsigned slots, uint64_t slot_bytes, StreamToWaitFor wait_for) {
+  try {
+    (void)Cuda();
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string("a storage is on a CUDA device: ") + e.what());
+  }
+  return std::make_unique<CudaReader>(slots, slot_bytes, std::move(wait_for));
 }
-
-#else
-
-std::unique_ptr<DeviceReader> MakeCudaReader(unsigned, uint64_t) {
-  throw Error(ErrorKind::kUnsupported, "a storage is on a CUDA device, but this build of zckpt has no CUDA");
-}
-
-#endif
 
 }  // namespace zckpt::save

@@ -1,12 +1,18 @@
 // zckpt::Save / SavePickled: the torch side of a save (LibTorch's pickler for Save, torch's zip
-// writer for the archive's small records, CUDA storages through the pinned ring); the writing
-// itself is the torch-free save::SavePickledBytes (save_pickled.cc).
+// writer for the archive's small records, torch's current streams and device guard for CUDA
+// storages); the writing itself, and the CUDA storages' pinned ring, are the torch-free
+// save::SavePickledBytes (save_pickled.cc) and device reader (device_reader_cuda.cc).
 #include "zckpt/save.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+
+#if ZCKPT_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <bit>
 #include <set>
@@ -63,8 +69,19 @@ SaveStats SavePickled(const std::string& path, const PickledCheckpoint& checkpoi
     bytes.record_bytes = std::move(records.bytes);
     bytes.prefix = checkpoint.prefix;
     bytes.metadata = checkpoint.metadata;
+#if ZCKPT_WITH_CUDA
+    // CUDA storages: the copies wait for torch's current stream on each device, and torch's guard
+    // gives the caller its device back afterwards.
+    c10::cuda::OptionalCUDAGuard guard;
+    save::StreamToWaitFor wait_for = [&guard](int device) {
+      guard.set_index(static_cast<c10::DeviceIndex>(device));
+      return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+    };
+#else
+    save::StreamToWaitFor wait_for;  // a CPU torch has no CUDA tensors to save
+#endif
     return save::SavePickledBytes(path, bytes, options, [&] {
-      return save::MakeCudaReader(options.cuda_slots, options.cuda_slot_bytes);
+      return save::MakeCudaReader(options.cuda_slots, options.cuda_slot_bytes, wait_for);
     });
   });
 }

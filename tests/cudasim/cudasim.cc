@@ -33,6 +33,7 @@ struct Op {
   uint64_t bytes = 0;
   int value = 0;
   bool checked = false;     // an async host-to-device copy: source checked when it runs
+  bool to_host = false;     // an async device-to-host copy: src_alloc a device allocation, dst_alloc a pinned one
   uint64_t src_alloc = 0;   // id of the pinned allocation holding the source
   uint64_t src_hash = 0;    // its bytes when the copy was queued
   uint64_t dst_alloc = 0;   // id of the device allocation holding the destination
@@ -154,12 +155,12 @@ std::string Hex(const void* p) {
 void Execute(State& s, CUstream_st* st, Op& op, std::unique_lock<std::mutex>& lock) {
   switch (op.kind) {
     case Op::kCopy: {
-      bool src_live = !op.checked || Live(s.pinned, op.src_alloc);
-      bool dst_live = op.dst_alloc == 0 || Live(s.device_memory, op.dst_alloc);
+      bool src_live = op.to_host ? Live(s.device_memory, op.src_alloc) : !op.checked || Live(s.pinned, op.src_alloc);
+      bool dst_live = op.to_host ? Live(s.pinned, op.dst_alloc) : op.dst_alloc == 0 || Live(s.device_memory, op.dst_alloc);
       lock.unlock();
       if (!src_live) {
         lock.lock();
-        Violation(s, "cudaMemcpyAsync on device " + std::to_string(st->device) + ": its pinned source " + Hex(op.src) +
+        Violation(s, "cudaMemcpyAsync on device " + std::to_string(st->device) + ": its source " + Hex(op.src) +
                          " was freed before the copy ran");
         return;
       }
@@ -608,11 +609,30 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
-  if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDefault) return Fail(cudaErrorNotSupported);
+  if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDefault)
+    return Fail(cudaErrorNotSupported);
   State& s = S();
   std::unique_lock<std::mutex> lock(s.m);
   CUstream_st* st = Resolve(s, stream);
   if (st == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (kind == cudaMemcpyDeviceToHost) {
+    // Device memory of the stream's device into pinned memory (a save's ring slot): the bytes land
+    // when the copy runs, so a reader of the slot that did not wait for it sees old bytes.
+    const auto* from = Find(s.device_memory, src, count);
+    const auto* into = Find(s.pinned, dst, count);
+    if (from == nullptr || from->second.device != st->device) {
+      Violation(s, "cudaMemcpyAsync from " + Hex(src) + " (" + std::to_string(count) + " bytes) on a stream of device " +
+                       std::to_string(st->device) + ": not inside a live allocation of that device");
+      return Fail(cudaErrorInvalidValue);
+    }
+    if (into == nullptr) {
+      Violation(s, "cudaMemcpyAsync to " + Hex(dst) + ": not pinned memory (the copy would be synchronous)");
+      return Fail(cudaErrorInvalidValue);
+    }
+    Enqueue(s, st, Op{.kind = Op::kCopy, .dst = dst, .src = src, .bytes = count, .to_host = true,
+                      .src_alloc = from->second.id, .dst_alloc = into->second.id});
+    return cudaSuccess;
+  }
   const auto* source = Find(s.pinned, src, count);
   const auto* target = Find(s.device_memory, dst, count);
   if (target == nullptr || target->second.device != st->device) {

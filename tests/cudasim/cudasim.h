@@ -6,7 +6,8 @@
 //     (0..max_delay_us); events complete when the work recorded before them has;
 //   - a cudaMemcpyAsync reads its source when it EXECUTES; its source must be pinned memory, and
 //     the copy is a violation if that memory was freed, or its bytes changed, between enqueue and
-//     execution (a ring slot refilled before its copy ran);
+//     execution (a ring slot refilled before its copy ran); device-to-host ones (a save's ring)
+//     must target pinned memory and write it only when they run;
 //   - an event recorded on a stream of another device is an error (cudaErrorInvalidResourceHandle);
 //   - cudaHostAlloc/cudaFreeHost/cudaFree synchronize (every stream, counted as implicit syncs);
 //   - the legacy default stream (0) serializes with the blocking streams of its device;

@@ -26,7 +26,7 @@
 #include "cudasim.h"
 #include "hardening_util.h"
 #include "loader/copy_engine.h"
-#include "loader/cudart_loader.h"
+#include "common/cudart_loader.h"
 #include "loader/pinned_cache.h"
 #include "loader/plan.h"
 #include "loader/stream.h"
@@ -323,7 +323,7 @@ TEST_F(Sim, SimulatorCreatesContextsOnSetDeviceOnly) {
 // The engine reaches the simulator the way it reaches libcudart: loaded at run time, through the
 // table (meson's test environment sets ZCKPT_CUDART to the simulator's file).
 TEST(Runtime, TheEngineLoadsTheSimulatorAsItsCudaRuntime) {
-  const loader::CudaRuntime& rt = loader::Cuda();
+  const CudaRuntime& rt = Cuda();
   EXPECT_NE(rt.path.find("libzckpt_cudasim"), std::string::npos) << rt.path;
   int n = 0;
   EXPECT_EQ(rt.GetDeviceCount(&n), 0);
@@ -332,7 +332,7 @@ TEST(Runtime, TheEngineLoadsTheSimulatorAsItsCudaRuntime) {
 
 TEST(Runtime, NoRuntimeNamesEveryLibraryAndFolderSearched) {
   try {
-    loader::LoadCudaRuntime("", {"libcudart-missing.so.99", "libcudart-missing.so.98"}, {"/nonexistent/cuda/lib64"});
+    LoadCudaRuntime("", {"libcudart-missing.so.99", "libcudart-missing.so.98"}, {"/nonexistent/cuda/lib64"});
     FAIL() << "a runtime was loaded";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -343,7 +343,7 @@ TEST(Runtime, NoRuntimeNamesEveryLibraryAndFolderSearched) {
     EXPECT_NE(m.find("ZCKPT_CUDART"), std::string::npos) << m;
   }
   try {
-    loader::LoadCudaRuntime("/nonexistent/libcudart.so.12", loader::kCudaRuntimeNames, loader::kCudaLibraryDirs);
+    LoadCudaRuntime("/nonexistent/libcudart.so.12", kCudaRuntimeNames, kCudaLibraryDirs);
     FAIL() << "a runtime was loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZCKPT_CUDART=/nonexistent/libcudart.so.12 does not load"), std::string::npos)
@@ -354,7 +354,7 @@ TEST(Runtime, NoRuntimeNamesEveryLibraryAndFolderSearched) {
 TEST(Runtime, ALibraryWithoutTheCallsIsRefusedNamingTheCall) {
   // libzstd is loaded (the readers link it) and has none of the runtime's functions.
   try {
-    loader::LoadCudaRuntime("", {"libzstd.so.1"}, {});
+    LoadCudaRuntime("", {"libzstd.so.1"}, {});
     FAIL() << "libzstd taken for a CUDA runtime";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has no cudaGetDevice"), std::string::npos) << e.what();

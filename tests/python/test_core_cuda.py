@@ -1,9 +1,11 @@
-"""CUDA loads on the torch-free core: `_core` loads libcudart at run time, never links it. Here the
-runtime is tests/cudasim's simulated asynchronous one, reached the way libcudart is (ZCKPT_CUDART
-names its file), in a process where torch cannot be imported: simulated device memory from
-cudaMalloc is filled by `Checkpoint.load_ranges` and read back with cudaMemcpy. Without a runtime
-to load, the error names what was searched."""
+"""CUDA loads and saves on the torch-free core: `_core` loads libcudart at run time, never links
+it. Here the runtime is tests/cudasim's simulated asynchronous one, reached the way libcudart is
+(ZCKPT_CUDART names its file), in a process where torch cannot be imported: simulated device
+memory from cudaMalloc is filled by `Checkpoint.load_ranges` and read back with cudaMemcpy, or
+filled with cudaMemcpy and written by `save_pickled` through its pinned ring. Without a runtime to
+load, the error names what was searched."""
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -39,6 +41,10 @@ def malloc(n):
     p = ctypes.c_void_p()
     assert sim.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) == 0
     return p.value
+def to_device(data):
+    p = malloc(len(data))
+    assert sim.cudaMemcpy(ctypes.c_void_p(p), data, ctypes.c_size_t(len(data)), 1) == 0
+    return p
 def to_host(ptr, n):
     out = ctypes.create_string_buffer(n)
     assert sim.cudaMemcpy(out, ctypes.c_void_p(ptr), ctypes.c_size_t(n), 2) == 0
@@ -173,3 +179,53 @@ def test_no_cuda_runtime_names_what_was_searched(container):
     assert len(lines) == 2, r.stdout + r.stderr
     assert all(f"ZCKPT_CUDART={missing} does not load" in line for line in lines), r.stdout
     assert lines[1].split(" ", 1)[1].startswith("cannot load to cuda:0: no CUDA runtime could be loaded"), r.stdout
+
+
+def test_save_reads_device_storages_through_the_pinned_ring(tmp_path):
+    from zckpt._save import DEFAULT_PROTOCOL, _archive_records, _pickle_like_torch_save
+
+    g = torch.Generator().manual_seed(5)
+    obj = {"w": torch.randn(1000, 7000, generator=g),  # 28 MB: several 8 MiB ring slots, the last one partial
+           "b": torch.arange(1000), "step": 7}
+    obj["w_rows"] = obj["w"][10:20]  # a view: one storage, two tensors
+    data, storages = _pickle_like_torch_save(obj, pickle, DEFAULT_PROTOCOL)
+    before, after, records = _archive_records(data)
+    raw = {key: bytes(torch.empty(0, dtype=torch.uint8).set_(s).numpy()) for key, s in storages.items()}
+    (tmp_path / "args.pkl").write_bytes(pickle.dumps((data, raw, before, after, records)))
+    out = tmp_path / "from_device.zckpt"
+    r = _run(f"""
+        import pickle
+        data, raw, before, after, records = pickle.loads(open({str(tmp_path / 'args.pkl')!r}, 'rb').read())
+        # The large storage in simulated device memory, the small one on the host: one save.
+        where, device_ptrs = {{}}, []
+        for key, b in raw.items():
+            if len(b) > 1 << 20:
+                p = to_device(b)
+                device_ptrs.append(p)
+                where[key] = (p, len(b), 0)
+            else:
+                buf = ctypes.create_string_buffer(b, len(b))
+                where[key] = (ctypes.addressof(buf), len(b), -1)
+                device_ptrs.append(buf)
+        stats = core.save_pickled({str(out)!r}, data, where, before, after, records, "", {{}}, 0, 0, 0, {{0: 0}})
+        print("cuda", stats["cuda_bytes"], stats["cuda_ring_bytes"])
+        print("violations", sim.cudasim_violation_count())
+    """, tmp_path)
+    big = max(len(b) for b in raw.values())
+    assert f"cuda {big} {4 * (8 << 20)}" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "violations 0" in r.stdout, r.stdout + r.stderr[-3000:]
+    got = zckpt.load(str(out))
+    assert got["step"] == 7 and torch.equal(got["w"], obj["w"]) and torch.equal(got["b"], obj["b"])
+    assert torch.equal(got["w_rows"], obj["w_rows"])
+    assert got["w_rows"].untyped_storage().data_ptr() == got["w"].untyped_storage().data_ptr()
+    # The container zckpt.save writes of the same object from host memory: same index, same bytes
+    # in every storage (the archive's serialization_id record differs: torch makes a new one).
+    zckpt.save(obj, str(tmp_path / "from_host.zckpt"))
+    assert zckpt.verify(str(out)) == []
+    a, b = ls_json(out), ls_json(tmp_path / "from_host.zckpt")
+    assert a["tensors"] == b["tensors"] and a["storages"] == b["storages"]
+    for s in a["storages"]:
+        with open(out, "rb") as fa, open(tmp_path / "from_host.zckpt", "rb") as fb:
+            fa.seek(s["offset"])
+            fb.seek(s["offset"])
+            assert fa.read(s["bytes"]) == fb.read(s["bytes"]), s["key"]

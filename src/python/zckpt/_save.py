@@ -5,8 +5,8 @@ for storages, mirrored below), so the kept pickle is byte for byte the data.pkl 
 write, and the container is the one `zckpt convert` makes of that torch.save file: the C++ side
 derives storages and tensor records from this pickle with zckpt's own interpreter (the
 converter's code), and takes the small records torch's zip writer adds from that writer
-(_archive_records). Host storages are written by the torch-free core (`_core`), by address;
-a checkpoint with CUDA storages goes through `_C` and its pinned ring. So
+(_archive_records). Storages are written by the torch-free core (`_core`), by address: host
+storages from their own memory, CUDA storages through its pinned ring. So
 zckpt.load, zckpt::Load and `zckpt export` + torch.load all give back what torch.load of a
 torch.save file gives.
 """
@@ -21,6 +21,7 @@ import torch
 import torch.serialization as _serialization
 
 from . import _core
+from ._errors import ZckptError
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
 _SNAPSHOT_ALIGN = 64
@@ -103,13 +104,23 @@ def _archive_records(pickle_bytes):
     return names[:ours], names[ours:], {name: reader.get_record(name) for name in names}
 
 
-def _save_host(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_level, threads):
-    """The write of a pickle whose storages (`storages`: key -> 1-D uint8 CPU tensor, kept alive
-    by the caller for the call) are all in host memory, by the torch-free core."""
+def _save_pickled(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_level, threads):
+    """The write of a pickle and its storages (`storages`: key -> 1-D uint8 tensor on the CPU or a
+    CUDA device, kept alive by the caller for the call) by the torch-free core. CUDA storages'
+    copies wait for torch's current stream on their device, under torch's device guard."""
+    for key, t in storages.items():
+        if t.device.type not in ("cpu", "cuda"):
+            raise ZckptError(f"{path}: storage '{key}' is on {t.device} (zckpt saves from cpu and cuda)")
     before, after, records = _archive_records(pickle_bytes)
-    where = {key: (t.data_ptr(), t.numel()) for key, t in storages.items()}
-    return _core.save_pickled(path, pickle_bytes, where, before, after, records, "", dict(metadata or {}),
-                              chunk_bytes, zstd_level, threads)
+    where = {key: (t.data_ptr(), t.numel(), t.device.index if t.is_cuda else -1) for key, t in storages.items()}
+    devices = sorted({index for _, _, index in where.values() if index >= 0})
+    streams = {index: torch.cuda.current_stream(index).cuda_stream for index in devices}
+    args = (path, pickle_bytes, where, before, after, records, "", dict(metadata or {}), chunk_bytes, zstd_level,
+            threads, streams)
+    if not devices:
+        return _core.save_pickled(*args)
+    with torch.cuda.device(devices[0]):
+        return _core.save_pickled(*args)
 
 
 def _bytes_of(storage):
@@ -146,12 +157,7 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     _check_options(chunk_bytes, zstd_level, threads)
     data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
     tensors = {key: _bytes_of(s) for key, s in storages.items()}
-    if all(t.device.type == "cpu" for t in tensors.values()):
-        return _save_host(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
-    from ._ext import _C
-
-    return _C.save_pickled(path, data, tensors, _leading_records(), "", dict(metadata or {}),
-                           chunk_bytes, zstd_level, threads)
+    return _save_pickled(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
 
 
 class AsyncSaver:
@@ -198,7 +204,7 @@ class AsyncSaver:
                 self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                                        thread_name_prefix="zckpt-async-save")
             # The snapshot is host memory whatever the source; `host` is held by the call.
-            self._pending = self._executor.submit(_save_host, path, data, host, metadata, chunk_bytes, zstd_level,
+            self._pending = self._executor.submit(_save_pickled, path, data, host, metadata, chunk_bytes, zstd_level,
                                                   threads)
             return self._pending
 

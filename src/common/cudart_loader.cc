@@ -1,4 +1,4 @@
-#include "loader/cudart_loader.h"
+#include "common/cudart_loader.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -9,7 +9,7 @@
 
 #include "zckpt/error.h"
 
-namespace zckpt::loader {
+namespace zckpt {
 
 namespace {
 
@@ -117,4 +117,4 @@ const CudaRuntime& Cuda() {
   return *loaded;
 }
 
-}  // namespace zckpt::loader
+}  // namespace zckpt

@@ -20,7 +20,7 @@
 struct CUstream_st;  // cudaStream_t
 struct CUevent_st;   // cudaEvent_t
 
-namespace zckpt::loader {
+namespace zckpt {
 
 using CudaStream = CUstream_st*;
 using CudaEvent = CUevent_st*;
@@ -82,4 +82,4 @@ const CudaRuntime& Cuda();
 const CudaRuntime& LoadCudaRuntime(const std::string& forced, const std::vector<std::string>& names,
                                    const std::vector<std::string>& dirs);
 
-}  // namespace zckpt::loader
+}  // namespace zckpt

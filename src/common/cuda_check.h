@@ -3,10 +3,10 @@
 
 #include <string>
 
-#include "loader/cudart_loader.h"
+#include "common/cudart_loader.h"
 #include "zckpt/error.h"
 
-namespace zckpt::loader {
+namespace zckpt {
 
 // Throws Error naming `what` unless `e` is cudaSuccess: kOutOfMemory for an allocation that
 // failed (pinned or device memory), kIo otherwise.
@@ -26,4 +26,4 @@ inline void UseDevice(const CudaRuntime& cuda, int device) {
   if (current != device) CudaCheck(cuda, cuda.SetDevice(device), "cudaSetDevice");
 }
 
-}  // namespace zckpt::loader
+}  // namespace zckpt
