@@ -343,6 +343,45 @@ def test_cpu_paths_never_import_libzckpt(tmp_path):
     assert out.split()[0] == "False"
 
 
+def test_fsdp1_load_into_never_imports_libzckpt(tmp_path):
+    """FSDP1's load_into (element runs straight into the FlatParameter shard, the module's other
+    state through load_into) on the torch-free core: a one-rank gloo group in a process where
+    zckpt._C cannot be imported; the module's parameters afterwards are the saved ones, the
+    FlatParameter's memory is the one it had."""
+    out = _run(f"""
+        import sys
+        sys.modules['zckpt._C'] = None
+        import torch, torch.distributed as dist, zckpt
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+        d = {str(tmp_path)!r}
+        dist.init_process_group("gloo", init_method="file://" + d + "/pg", rank=0, world_size=1)
+
+        def model(seed):
+            torch.manual_seed(seed)
+            m = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.LayerNorm(48), torch.nn.Linear(48, 4))
+            m.register_buffer("steps", torch.tensor([seed]))
+            return FSDP(m, device_id=torch.device("cpu"))
+
+        saved = model(0)
+        with FSDP.state_dict_type(saved, StateDictType.SHARDED_STATE_DICT):
+            torch.save(saved.state_dict(), d + "/model_world_size_1_rank_0.pt")
+        zckpt.convert(d + "/model_world_size_1_rank_0.pt", d + "/model_world_size_1_rank_0.zckpt")
+        live = model(1)
+        flat = [p for p in live.parameters()]
+        ptrs = [p.data_ptr() for p in flat]
+        missing, unexpected = zckpt.load_into(d + "/model_world_size_1_rank_0.zckpt", live)
+        assert (missing, unexpected) == ([], []), (missing, unexpected)
+        assert [p.data_ptr() for p in live.parameters()] == ptrs
+        with FSDP.summon_full_params(saved), FSDP.summon_full_params(live):
+            for (n, a), (_, b) in zip(saved.named_parameters(), live.named_parameters()):
+                assert torch.equal(a, b), n
+        assert int(live.module.steps) == 0
+        dist.destroy_process_group()
+        print('zckpt._C' in sys.modules and sys.modules['zckpt._C'] is not None)
+    """, tmp_path)
+    assert out.split()[-1] == "False"
+
+
 @pytest.mark.parametrize("version", ["2.3.1+cu121", "1.13.1", "nightly"])
 def test_a_torch_older_than_the_oldest_supported_is_refused_naming_both(tmp_path, version):
     """The first name that needs torch, under a torch older than 2.4 (a stand-in module with that

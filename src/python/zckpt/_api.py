@@ -18,14 +18,6 @@ from ._fsdp import fsdp1_modules, load_into_fsdp1
 from ._targets import optimizer_tensors, resolve
 
 
-def _libzckpt():
-    """zckpt._C, which links LibTorch: what FSDP1 modules still go through. Imported on first use
-    only, so that everything else works under any torch 2.x."""
-    from ._ext import _C
-
-    return _C
-
-
 class _CallerError(Exception):
     """An exception raised by the caller's own map_location, carried through the unpickler."""
 
@@ -62,7 +54,7 @@ def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt):
             raise ZckptError(f"{path}: the file is intact, but it holds ShardedTensors (FSDP1's SHARDED_STATE_DICT), "
                              "which torch unpickles only inside a process group: call "
                              "torch.distributed.init_process_group first, or read its tensors torch-free with "
-                             "`zckpt merge` / zckpt._C.load_tree") from e
+                             "`zckpt merge`") from e
         raise CorruptError(f"{path}: the object pickle could not be replayed by torch's unpickler: "
                            f"{type(e).__name__}: {e}") from e
     except Exception as e:  # AssertionError, EOFError, UnicodeDecodeError, KeyError, ...
@@ -293,7 +285,7 @@ def load_into(f, target, strict=True, *, verify=True, weights_only=True, allow_g
     allowed = _allowed(allow_globals, weights_only)
     sizes = ring_sizes(threads, slots, slot_bytes)
     if isinstance(target, torch.nn.Module) and fsdp1_modules(target):
-        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, _libzckpt().Ring(**sizes))
+        return load_into_fsdp1(path, target, strict, verify, weights_only, allowed, sizes)
     entries = _named_tensors(target)  # a target of the wrong type is refused before the file is opened
     # One open file for the records, the param_groups and the tensors (as load).
     ckpt = _core.open(path)

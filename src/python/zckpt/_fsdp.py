@@ -13,8 +13,8 @@ reads. So zckpt never fills them. It writes the live FlatParameter shard instead
 
 Each needed element run is copied from the file that holds it (this rank's, or the sibling file
 of the rank that saved those rows, `..._world_size_W_rank_K.zckpt` in the same folder) straight
-into the FlatParameter shard: zckpt::LoadRegions' element runs stream the chunks holding those
-bytes into the shard's memory, checksums checked. No all-gather, no state-dict copy, no collective.
+into the FlatParameter shard: element runs (_into.load_element_runs, on the torch-free core) stream
+the chunks holding those bytes into the shard's memory, checksums checked. No all-gather, no state-dict copy, no collective.
 
 Memory (host and device): nothing beyond the loader's ring (slots x slot size, by default
 max(4, threads + 2) x max(chunk size, 8 MiB); on a CUDA target a pinned host ring of the same
@@ -31,8 +31,9 @@ back, together, to FSDP's own load (fsdp_fallback, below), whose cost is FSDP's.
 """
 import torch
 
-from . import _paths
+from . import _core, _paths
 from ._errors import ZckptError
+from ._into import load_element_runs, load_into_targets
 from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0
@@ -120,7 +121,7 @@ def _row_chunk(dim0, world_size, rank):
 class _Plan:
     def __init__(self, path, ckpt, own):
         self.path = path
-        # file -> (its _C.Checkpoint, its records), opened once: the records checked and the
+        # file -> (its _core Checkpoint, its records), opened once: the records checked and the
         # bytes loaded come from the same open file, so a checkpoint renamed over a path
         # meanwhile is never mixed in.
         self.opened = {path: (ckpt, own)}
@@ -131,9 +132,7 @@ class _Plan:
     def records(self, file):
         """The records of `file`, opened on first use."""
         if file not in self.opened:
-            from ._ext import _C
-
-            ckpt = _C.open(file)
+            ckpt = _core.open(file)
             self.opened[file] = (ckpt, records_of(ckpt))
         return self.opened[file][1]
 
@@ -217,15 +216,14 @@ def _agree(units, status, device):
     return int(t.item())
 
 
-def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=None):
+def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), sizes=None):
     """zckpt.load_into for a module holding FSDP1 units (see the module docstring). `allowed`:
     globals the files' pickles may name besides zckpt's allowlist (every file read is vetted);
-    `ring`: the loader's _C.Ring (None: defaults). Returns (missing, unexpected)."""
-    from ._ext import _C
-
-    ring = ring if ring is not None else _C.Ring()
+    `sizes`: the loader's threads, slots and slot_bytes (_args.ring_sizes; None: defaults).
+    Returns (missing, unexpected)."""
+    sizes = sizes or {}
     units = _units(model)
-    ckpt = _C.open(path)
+    ckpt = _core.open(path)
     own = records_of(ckpt)
     status, error = _CAN_IN_PLACE, None
     plan = _Plan(path, ckpt, own)
@@ -279,18 +277,19 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), ring=
         raise ZckptError(f"{path}: another rank refused its checkpoint file; nothing was loaded")
     if agreed == _NEEDS_FALLBACK:
         why = plan.fallback_why or "another rank cannot read the rows it needs in place"
-        fsdp_fallback(path, model, strict, verify, why, allowed, ring)
+        fsdp_fallback(path, model, strict, verify, why, allowed, sizes)
         return missing, unexpected
     with torch.no_grad():
         # Buffers and unmanaged parameters first: checked (shape, dtype) before any byte moves.
         if plain:
-            ckpt.load_into([(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed), ring)
+            load_into_targets(ckpt, [(n, t.detach()) for n, t in plain if n in own], False, verify, list(allowed),
+                              sizes)
         for file, ranges in plan.ranges.items():
-            plan.opened[file][0].load_ranges(ranges, verify, list(allowed), ring)
+            load_element_runs(plan.opened[file][0], ranges, verify, list(allowed), sizes)
     return missing, unexpected
 
 
-def fsdp_fallback(path, model, strict, verify, why, allowed=(), ring=None):
+def fsdp_fallback(path, model, strict, verify, why, allowed=(), sizes=None):
     """FSDP's own load: this rank's saved shards are streamed into fresh tensors, wrapped as the
     ShardedTensors FSDP saved (the file's shard offsets and sizes), and handed to
     model.load_state_dict under SHARDED_STATE_DICT, which all-gathers each parameter and keeps
@@ -305,18 +304,16 @@ def fsdp_fallback(path, model, strict, verify, why, allowed=(), ring=None):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import StateDictType
 
-    from ._ext import _C
-
-    ring = ring if ring is not None else _C.Ring()
+    sizes = sizes or {}
     warnings.warn(f"zckpt.load_into({path!r}): not in place ({why}); loading through FSDP's load_state_dict "
                   f"(an all-gather per parameter)", stacklevel=3)
-    ckpt = _C.open(path)  # one open file for the records and the bytes (see _Plan)
+    ckpt = _core.open(path)  # one open file for the records and the bytes (see _Plan)
     own = records_of(ckpt)
     pg = model.process_group
     rank = torch.distributed.get_rank(pg)
     local = {n: torch.empty(r.shape, dtype=getattr(torch, r.dtype)) for n, r in own.items()
              if not r.flags & FLAG_INTERNAL}
-    ckpt.load_into(list(local.items()), False, verify, list(allowed), ring)
+    load_into_targets(ckpt, list(local.items()), False, verify, list(allowed), sizes)
     state = {}
     for name in sorted(local):
         rec = own[name]

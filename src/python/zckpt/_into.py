@@ -167,3 +167,41 @@ def load_into_targets(ckpt, named, strict, verify, allowed, sizes):
         if not t.is_inference():
             torch.autograd.graph.increment_version(t)
     return missing, unexpected
+
+
+def load_element_runs(ckpt, runs, verify, allowed, sizes):
+    """Element runs (name, first element, target): elements [begin, begin + target.numel()) of
+    the file's tensor `name`, in row-major order, into the contiguous `target` (cpu or cuda, the
+    saved dtype, any shape): FSDP1's FlatParameter shards (_fsdp.py). The saved tensor must be
+    contiguous in its storage. Every run is checked before a byte moves (ZckptError listing each
+    problem), then one streaming pass reads each run's bytes straight into its target."""
+    ckpt.vetted_pickle(allowed)
+    records = {}
+    for r in ckpt.tensor_records():
+        records.setdefault(r["name"], r)
+    problems, ranges = [], []
+    for name, begin, t in runs:
+        rec = records.get(name)
+        if rec is None:
+            problems.append(f"'{name}' is not in the file")
+            continue
+        numel = 1
+        for n in rec["shape"]:
+            numel *= n
+        why = _target_problem(name, t) or viewable_problem(rec, f"'{name}'")
+        if not why and saved_dtype(rec) != t.dtype:
+            why = f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {_dtype_name(t.dtype)}"
+        if not why and not saved_contiguous(rec):
+            why = f"'{name}' is not contiguous in its storage: element ranges need a contiguous saved tensor"
+        if not why and not t.is_contiguous():
+            why = f"the target of '{name}' is not contiguous"
+        if not why and begin + t.numel() > numel:
+            why = f"elements [{begin}, {begin + t.numel()}) of '{name}' are past its {numel} elements"
+        if why:
+            problems.append(why)
+        elif t.numel():
+            first = rec["byte_begin"] + begin * t.element_size()
+            ranges.append((rec["storage"], first, first + t.numel() * t.element_size(), t.data_ptr(), _index(t)))
+    if problems:
+        raise ZckptError(f"cannot load regions of {ckpt.path}:" + "".join(f"\n  {p}" for p in problems))
+    load_ranges(ckpt, ranges, verify, **sizes)
