@@ -11,44 +11,6 @@
 
 namespace zckpt::loader {
 
-LoadStats LoadStoragesToHost(const Container& c, const std::vector<HostStorage>& storages, const LoadOptions& options) {
-  auto t0 = std::chrono::steady_clock::now();
-  ResolveContainerLoad(options, c);  // bad options fail before a byte moves
-  std::vector<bool> seen(c.storage_count(), false);
-  for (const HostStorage& s : storages) {
-    if (s.storage >= c.storage_count())
-      throw Error(ErrorKind::kInvalidArgument, c.path() + ": no storage index " + std::to_string(s.storage));
-    StorageInfo info = c.storage(s.storage);
-    if (seen[s.storage])
-      throw Error(ErrorKind::kInvalidArgument, c.path() + ": storage '" + std::string(info.key) + "' listed twice");
-    seen[s.storage] = true;
-    if (s.bytes != info.raw_bytes || (s.bytes && !s.dst))
-      throw Error(ErrorKind::kInvalidArgument, c.path() + ": storage '" + std::string(info.key) + "' holds " +
-                                                   std::to_string(info.raw_bytes) + " bytes, its destination " +
-                                                   std::to_string(s.bytes));
-  }
-  // Chunks in table order (Destinations::Add wants them non-decreasing): walk storages by index.
-  const uint64_t chunk_bytes = c.superblock().chunk_bytes;
-  std::vector<uint8_t*> dst_of(c.storage_count(), nullptr);
-  for (const HostStorage& s : storages) dst_of[s.storage] = s.dst;
-  Destinations d(c.chunk_count());
-  for (uint32_t s = 0; s < c.storage_count(); ++s) {
-    if (!seen[s]) continue;
-    StorageInfo info = c.storage(s);
-    for (uint64_t k = 0; k < info.chunk_count; ++k) {
-      Piece p;
-      p.bytes = c.chunk(info.first_chunk + k).raw_bytes;
-      p.dst = dst_of[s] + k * chunk_bytes;
-      d.Add(info.first_chunk + k, p);
-    }
-  }
-  d.Finish();
-  LoadStats stats = StreamChunks(c, d, options, /*cuda_devices=*/{});
-  stats.storages = storages.size();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return stats;
-}
-
 LoadStats LoadRanges(const Container& c, const std::vector<ByteRange>& ranges, const LoadOptions& options,
                      const std::vector<CudaDevice>& cuda_devices) {
   auto t0 = std::chrono::steady_clock::now();

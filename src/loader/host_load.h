@@ -16,20 +16,6 @@ class Container;
 
 namespace zckpt::loader {
 
-// Where one storage goes: `bytes` writable bytes at `dst`, which must be the storage's raw size
-// (StorageInfo::raw_bytes).
-struct HostStorage {
-  uint32_t storage = 0;  // index in the container's storage table
-  uint8_t* dst = nullptr;
-  uint64_t bytes = 0;
-};
-
-// One streaming pass filling every listed storage (each at most once; storages not listed are not
-// read), checksums checked unless `options.verify` is false. Errors name the file, storage and
-// byte range (Error's place); a size that is not the storage's is kInvalidArgument before any byte
-// moves. Fills the pipeline fields of LoadStats plus storages and seconds.
-LoadStats LoadStoragesToHost(const Container& c, const std::vector<HostStorage>& storages, const LoadOptions& options);
-
 // Where one byte range of a storage goes: bytes [begin, end) of storage `storage` (raw offsets)
 // to `dst`, which holds end - begin writable bytes, in host memory (device -1) or on CUDA device
 // `device`. A whole storage is [0, raw_bytes); load_into's targets are a tensor record's byte

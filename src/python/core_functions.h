@@ -46,4 +46,8 @@ py::dict SaveStatsDict(const std::string& path, const SaveStats& s);
 // vetted_pickle, read_blob, convert, export, verify and the object-store helpers.
 void BindCommon(py::module_& m, py::class_<Container, std::shared_ptr<Container>>& checkpoint);
 
+// `_core` only (core_sharded.cc): what zckpt.dcp and zckpt.reshard need, the container writer fed
+// host bytes, DCP metadata and BytesIO vetting, merge and the FSDP1 flat-optimizer layout.
+void BindSharded(py::module_& m);
+
 }  // namespace zckpt::python

@@ -1,10 +1,11 @@
 // zckpt._core: the torch-free extension module. Everything of the `zckpt` package that needs no
-// torch (convert, export, verify, describe, the object store) runs here, and so does every load
-// into host memory: the Python layer allocates each storage (HostBuffer, or torch's own memory)
-// and LoadStoragesToHost fills it through its address; a mapped load (mmap=True) hands out views
-// of the file's copy-on-write mapping (MappedBytes); zckpt.save of host storages writes through
-// save::SavePickledBytes. Built with Debian's pybind11 against the
-// torch-free static layers only: `import zckpt._core` works where torch is not installed.
+// torch (convert, export, verify, describe, the object store) runs here, and so does every load:
+// the Python layer allocates each storage or tensor (HostBuffer, or torch's own memory on the CPU
+// or a CUDA device) and loader::LoadRanges fills byte ranges of storages through their addresses;
+// a mapped load (mmap=True) hands out views of the file's copy-on-write mapping (MappedBytes);
+// zckpt.save writes through save::SavePickledBytes (CUDA storages through its pinned ring). Built
+// with Debian's pybind11 against the torch-free static layers only: `import zckpt._core` works
+// where torch is not installed.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -88,8 +89,8 @@ void VerifyChunks(const Container& c, std::optional<unsigned> threads) {
   throw Error(ErrorKind::kCorrupt, msg);
 }
 
-// LoadStats' figures of a host load, as a dict.
-py::dict HostLoadStats(const LoadStats& s) {
+// LoadStats' figures of a load, as a dict.
+py::dict LoadStatsDict(const LoadStats& s) {
   py::dict out;
   out["raw_bytes"] = s.raw_bytes;
   out["stored_bytes"] = s.stored_bytes;
@@ -102,28 +103,6 @@ py::dict HostLoadStats(const LoadStats& s) {
   return out;
 }
 
-// (key, address, bytes) per storage to fill: the caller's memory, kept alive by the caller for the
-// call. Returns LoadStats' figures as a dict.
-py::dict LoadHost(const Container& c, const std::vector<std::tuple<std::string, uintptr_t, uint64_t>>& targets,
-                  bool verify, std::optional<unsigned> threads, std::optional<unsigned> slots,
-                  std::optional<uint64_t> slot_bytes) {
-  std::map<std::string, uint32_t> index;
-  for (uint32_t i = 0; i < c.storage_count(); ++i) index.emplace(std::string(c.storage(i).key), i);
-  std::vector<loader::HostStorage> storages;
-  storages.reserve(targets.size());
-  for (const auto& [key, address, bytes] : targets) {
-    auto it = index.find(key);
-    if (it == index.end()) throw Error(ErrorKind::kInvalidArgument, c.path() + ": no storage '" + key + "'");
-    storages.push_back({it->second, reinterpret_cast<uint8_t*>(address), bytes});
-  }
-  LoadStats s;
-  {
-    py::gil_scoped_release release;
-    s = loader::LoadStoragesToHost(c, storages, RingOptions(verify, threads, slots, slot_bytes));
-  }
-  return HostLoadStats(s);
-}
-
 // Runs loader::LoadRanges without the GIL; its figures as a dict.
 py::dict RunLoadRanges(const Container& c, const std::vector<loader::ByteRange>& ranges,
                        const std::vector<loader::CudaDevice>& devices, bool verify, std::optional<unsigned> threads,
@@ -133,21 +112,7 @@ py::dict RunLoadRanges(const Container& c, const std::vector<loader::ByteRange>&
     py::gil_scoped_release release;
     s = loader::LoadRanges(c, ranges, RingOptions(verify, threads, slots, slot_bytes), devices);
   }
-  return HostLoadStats(s);
-}
-
-// (storage index, begin, end, address) per byte range to fill (a tensor record's storage and
-// byte_begin/byte_end): load_into's CPU targets, or the staging buffers of those it cannot write
-// straight. The caller's memory, kept alive by the caller for the call.
-py::dict LoadRangesHost(const Container& c,
-                        const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>>& targets, bool verify,
-                        std::optional<unsigned> threads, std::optional<unsigned> slots,
-                        std::optional<uint64_t> slot_bytes) {
-  std::vector<loader::ByteRange> ranges;
-  ranges.reserve(targets.size());
-  for (const auto& [storage, begin, end, address] : targets)
-    ranges.push_back({storage, begin, end, reinterpret_cast<uint8_t*>(address)});
-  return RunLoadRanges(c, ranges, {}, verify, threads, slots, slot_bytes);
+  return LoadStatsDict(s);
 }
 
 // (storage index, begin, end, address, device) per byte range, device -1 for host memory, else a
@@ -338,11 +303,8 @@ PYBIND11_MODULE(_core, m) {
   });
   py::class_<Container, std::shared_ptr<Container>> checkpoint(m, "Checkpoint", py::module_local());
   zckpt::python::BindCommon(m, checkpoint);
-  checkpoint.def("load_host", &zckpt::python::LoadHost, py::arg("targets"), py::arg("verify") = true,
-                 py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
-      .def("load_ranges_host", &zckpt::python::LoadRangesHost, py::arg("targets"), py::arg("verify") = true,
-           py::arg("threads") = py::none(), py::arg("slots") = py::none(), py::arg("slot_bytes") = py::none())
-      .def("load_ranges", &zckpt::python::LoadRangesDevice, py::arg("targets"), py::arg("streams"),
+  zckpt::python::BindSharded(m);
+  checkpoint.def("load_ranges", &zckpt::python::LoadRangesDevice, py::arg("targets"), py::arg("streams"),
            py::arg("verify") = true, py::arg("threads") = py::none(), py::arg("slots") = py::none(),
            py::arg("slot_bytes") = py::none())
       .def("verify_chunks", &zckpt::python::VerifyChunks, py::arg("threads") = py::none())

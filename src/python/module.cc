@@ -28,8 +28,6 @@ namespace py = pybind11;
 
 namespace zckpt {
 
-void RegisterSharded(py::module_& m);  // sharded_module.cc
-
 namespace {
 
 // The ring of a load from Python's keyword arguments (threads=, slots=, slot_bytes=; None: the
@@ -266,5 +264,4 @@ PYBIND11_MODULE(_C, m) {
   m.def("load_tree", &zckpt::LoadTree, py::arg("path"), py::arg("device") = "cpu", py::arg("map") = false,
         py::arg("allow_globals") = std::vector<std::string>{});
   zckpt::BindSave(m);
-  zckpt::RegisterSharded(m);
 }

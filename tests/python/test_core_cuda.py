@@ -80,7 +80,7 @@ def test_storages_and_ranges_fill_simulated_device_memory(container):
             n = rec["byte_end"] - rec["byte_begin"]
             buf = bytearray(n)
             addr = ctypes.addressof((ctypes.c_char * n).from_buffer(buf))
-            ckpt.load_ranges_host([(rec["storage"], rec["byte_begin"], rec["byte_end"], addr)])
+            ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], addr, -1)], {{}})
             expect[rec["name"]] = bytes(buf)
         targets, device_ptrs, host_bufs = [], {{}}, {{}}
         for rec in recs:

@@ -150,6 +150,8 @@ def test_convert_verify_export_of_a_filesystemwriter_folder(group, tmp_path):
 
 
 def test_reshard_verl_fsdp2_equals_what_torch_saves_at_that_world_size(group, tmp_path):
+    from zckpt import _C  # the C++ object tree (load_tree); zckpt.dcp and reshard do not import it
+
     root, _ = group
     # Through the tool (it runs python -m zckpt reshard, which wants a process of its own).
     r = run_cli("reshard", f"{root}/verl_fsdp2", "--world-size", "3", "-o", tmp_path / "r3")
@@ -160,7 +162,7 @@ def test_reshard_verl_fsdp2_equals_what_torch_saves_at_that_world_size(group, tm
     assert run_cli("convert", f"{root}/verl_fsdp2_at3", "-o", tmp_path / "want").returncode == 0
     for r in range(3):
         name = f"model_world_size_3_rank_{r}.zckpt"
-        got, want = zckpt._C.load_tree(str(tmp_path / "r3" / name)), zckpt._C.load_tree(str(tmp_path / "want" / name))
+        got, want = _C.load_tree(str(tmp_path / "r3" / name)), _C.load_tree(str(tmp_path / "want" / name))
         assert list(got) == list(want) and len(want) == 5
         for k in want:
             assert torch.equal(got[k], want[k]), (r, k)
@@ -242,8 +244,8 @@ def test_metadata_and_bytes_items_are_vetted_before_python_unpickles_them(group,
 
 def test_cuda_state_dict_saves_and_loads_in_place_on_the_device(tmp_path, needs_cuda):
     """A GPU rank's DCP save and resume: tensors on the device are copied out in pieces
-    (ZckptStorageWriter), and loaded straight into the state dict's CUDA tensors through
-    LoadRegions (ZckptStorageReader): the same device memory, the same bytes."""
+    (ZckptStorageWriter), and loaded into the state dict's own CUDA tensors through host staging
+    and copy_ (ZckptStorageReader, zckpt/_regions.py): the same device memory, the same bytes."""
     import torch.distributed.checkpoint as dcp
 
     g = torch.Generator().manual_seed(5)

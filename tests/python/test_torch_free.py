@@ -159,16 +159,19 @@ def test_host_load_catches_a_flipped_byte(tmp_path):
     assert len(zckpt.load(tmp_path / "bad.zckpt", verify=False)["w"]) == 512  # unchecked, as asked
 
 
-def test_host_load_refuses_a_destination_of_the_wrong_size(tmp_path):
+def test_load_ranges_refuses_a_range_outside_its_storage_before_any_byte_moves(tmp_path):
     torch.save({"w": torch.randn(100)}, tmp_path / "m.pt")
     zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
     ckpt = zckpt._core.open(str(tmp_path / "m.zckpt"))
-    key = ckpt.describe()["storages"][0]["key"]
-    buf = zckpt._core.HostBuffer(100)
-    with pytest.raises(zckpt.ZckptError, match="holds 400 bytes, its destination 100"):
-        ckpt.load_host([(key, buf.address, len(buf))])
-    with pytest.raises(zckpt.ZckptError, match="no storage 'nope'"):
-        ckpt.load_host([("nope", buf.address, 400)])
+    buf = zckpt._core.HostBuffer(500)
+    memoryview(buf)[:] = b"\x7f" * 500
+    with pytest.raises(zckpt.ZckptError, match=r"holds 400 bytes, not the range \[0, 500\)"):
+        ckpt.load_ranges([(0, 0, 400, buf.address, -1), (0, 0, 500, buf.address, -1)], {})
+    assert bytes(buf) == b"\x7f" * 500  # the good range was not loaded either
+    with pytest.raises(zckpt.ZckptError, match="no storage index 7"):
+        ckpt.load_ranges([(7, 0, 4, buf.address, -1)], {})
+    ckpt.load_ranges([(0, 0, 400, buf.address, -1)], {})
+    assert bytes(buf)[:400] == torch.load(tmp_path / "m.pt")["w"].numpy().tobytes()
 
 
 @pytest.mark.parametrize("zstd_level", [0, 3])
@@ -377,6 +380,80 @@ def test_fsdp1_load_into_never_imports_libzckpt(tmp_path):
                 assert torch.equal(a, b), n
         assert int(live.module.steps) == 0
         dist.destroy_process_group()
+        print('zckpt._C' in sys.modules and sys.modules['zckpt._C'] is not None)
+    """, tmp_path)
+    assert out.split()[-1] == "False"
+
+
+def test_dcp_and_reshard_never_import_libzckpt(tmp_path):
+    """In a process where zckpt._C cannot be imported, zckpt.dcp saves and loads through
+    torch.distributed.checkpoint (one process, no process group) and gives back what was saved:
+    transposed and conj views and a tensor larger than one write piece (written in host pieces),
+    a non-contiguous destination and several staging passes (staged reads), bf16, ints, BytesIO
+    items; `zckpt merge` of that folder holds the full tensors; zckpt.reshard takes verl FSDP2
+    files of 2 ranks to 1 and 3. _C is never imported."""
+    out = _run(f"""
+        import sys
+        sys.modules['zckpt._C'] = None  # `from . import _C` raises ImportError
+        import torch
+        import torch.distributed.checkpoint as dcp
+        import zckpt
+        from zckpt import _core, _regions, _writer
+        from zckpt.dcp import ZckptStorageReader, ZckptStorageWriter
+        d = {str(tmp_path)!r}
+        _writer.PIECE_BYTES = 4096  # small pieces and passes, so small tensors take those paths
+        _regions._STAGED_BYTES_PER_PASS = 8192
+
+        torch.manual_seed(0)
+        w = torch.randn(300, 70)
+        saved = {{"w": w, "wt": w.t(), "rows": w[5:9], "i": torch.arange(7), "bf": torch.randn(33).bfloat16(),
+                  "c": torch.randn(40, dtype=torch.complex64).conj(), "empty": torch.empty(0, 3),
+                  "extra": {{"step": 7, "note": "dcp"}}}}
+        dcp.save(saved, storage_writer=ZckptStorageWriter(d + "/dcp", chunk_bytes=4096))
+
+        def fresh():
+            out = {{k: torch.zeros_like(v) for k, v in saved.items() if isinstance(v, torch.Tensor)}}
+            out["wt"] = torch.zeros(300, 70).t()  # a non-contiguous destination: staged, then copied
+            out["extra"] = {{"step": 0, "note": ""}}
+            return out
+
+        back = fresh()
+        ptrs = {{k: v.data_ptr() for k, v in back.items() if isinstance(v, torch.Tensor)}}
+        reader = ZckptStorageReader(d + "/dcp")
+        dcp.load(back, storage_reader=reader)
+        for k, v in saved.items():
+            if isinstance(v, torch.Tensor):
+                assert back[k].data_ptr() == ptrs[k], k
+                assert back[k].dtype == v.dtype and back[k].shape == v.shape, k
+                assert torch.equal(back[k].resolve_conj(), v.resolve_conj()), k
+        assert back["extra"] == saved["extra"], back["extra"]
+        assert reader.last_read["regions"] >= 6, reader.last_read  # the empty one may plan no read
+
+        stats = _core.merge(d + "/dcp", d + "/merged.zckpt")
+        merged = zckpt.load(d + "/merged.zckpt")
+        for k in ("w", "wt", "rows", "i", "bf", "c"):
+            assert torch.equal(merged[k].resolve_conj(), saved[k].resolve_conj()), k
+
+        from torch.distributed.tensor import DeviceMesh, DTensor, Shard
+        from zckpt.reshard import _FakeGroup, reshard
+        import os
+        os.makedirs(d + "/verl")
+        full = torch.randn(10, 6)
+        for r in range(2):
+            with _FakeGroup(r, 2):
+                mesh = DeviceMesh("cpu", torch.arange(2))
+                dt = DTensor.from_local(full.chunk(2)[r].clone(), mesh, [Shard(0)], run_check=False,
+                                        shape=full.shape, stride=full.stride())
+                torch.save({{"w": dt, "step": 3}}, d + f"/verl/model_world_size_2_rank_{{r}}.pt")
+        for world in (1, 3):
+            reshard(d + "/verl", world, d + f"/r{{world}}", log=lambda *a: None)
+            parts = []
+            for r in range(world):
+                with _FakeGroup(r, world):
+                    got = zckpt.load(d + f"/r{{world}}/model_world_size_{{world}}_rank_{{r}}.zckpt", weights_only=False)
+                    assert got["step"] == 3
+                    parts.append(got["w"].to_local().clone())
+            assert torch.equal(torch.cat(parts), full), world
         print('zckpt._C' in sys.modules and sys.modules['zckpt._C'] is not None)
     """, tmp_path)
     assert out.split()[-1] == "False"

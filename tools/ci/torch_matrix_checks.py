@@ -130,6 +130,22 @@ def torch_checks(d):
         assert_equal_trees(torch.load(back, weights_only=True), saved)
     check("save_then_torch_load_of_export", save_export)
 
+    def dcp_save_load():
+        # zckpt.dcp stands on _core and torch's Python API only: it must work under every torch.
+        # One process, no process group: DCP saves and loads in that process alone.
+        import torch.distributed.checkpoint as dcp
+        from zckpt.dcp import ZckptStorageReader, ZckptStorageWriter
+
+        folder = os.path.join(d, "dcp")
+        tensors = {k: v for k, v in flat(saved).items() if isinstance(v, torch.Tensor)}
+        dcp.save(tensors, storage_writer=ZckptStorageWriter(folder))
+        back = {k: torch.zeros_like(v) for k, v in tensors.items()}
+        back["w_t"] = torch.zeros(300, 200).t()  # a non-contiguous destination, as the saved view
+        dcp.load(back, storage_reader=ZckptStorageReader(folder))
+        for k, v in tensors.items():
+            assert back[k].dtype == v.dtype and torch.equal(back[k], v), f"'{k}' differs"
+    check("dcp_save_load", dcp_save_load)
+
     def vllm_entry_point():
         # The build folder has no dist-info, so importlib.metadata knows no entry point here
         # (test-install's pip part installs the metadata): what pyproject.toml's

@@ -247,18 +247,20 @@ pip_cli() {
     "$PIPENV/bin/python" -m zckpt verify "$DATA/pip.zckpt")
 }
 # Under a torch the package was not built for: the installed record is edited to say another
-# release line, then another flavour. `import zckpt`, what needs no torch (convert, verify) and
-# a CPU load (the torch-free `_core`) still work; the first import of what needs the torch
-# extension, zckpt._C (zckpt.dcp here) is refused by name; it works again once the record is back.
+# release line, then another flavour. `import zckpt`, what needs no torch (convert, verify), a
+# load and importing zckpt.dcp and zckpt.reshard (the torch-free `_core`) still work; zckpt._C, the extension built against torch's C++
+# API, taken the package's way (zckpt._ext) is refused by name; it works again once the record is
+# back.
 pip_abi_refusal() {
   local info out
   info=$(pip_site)/zckpt/_build_info.py
   cp "$info" "$WORK/build_info.orig"
   sed -i 's/^TORCH_VERSION = .*/TORCH_VERSION = "1.99.0"/' "$info"
   (cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c "import sys, zckpt; assert zckpt.verify('$DATA/pip.zckpt') == []
-state = zckpt.load('$DATA/pip.zckpt'); assert state and 'zckpt._C' not in sys.modules") ||
-    { echo "import zckpt, verify or a CPU load failed under another torch release"; return 1; }
-  out=$(cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'import zckpt.dcp' 2>&1) && { echo "zckpt._C reached under another torch release"; return 1; }
+state = zckpt.load('$DATA/pip.zckpt'); import zckpt.dcp, zckpt.reshard
+assert state and 'zckpt._C' not in sys.modules") ||
+    { echo "import zckpt, verify, a load or importing zckpt.dcp/reshard failed under another torch release"; return 1; }
+  out=$(cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'from zckpt._ext import _C' 2>&1) && { echo "zckpt._C reached under another torch release"; return 1; }
   echo "$out"
   grep -q "ImportError: zckpt .* was built for torch 1.99.0 .* cannot run under torch" <<<"$out" &&
     grep -q -- "--no-build-isolation" <<<"$out" || return 1
@@ -268,11 +270,11 @@ state = zckpt.load('$DATA/pip.zckpt'); assert state and 'zckpt._C' not in sys.mo
   else
     sed -i 's/^TORCH_CUDA = .*/TORCH_CUDA = ""/' "$info"
   fi
-  out=$(cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'import zckpt.dcp' 2>&1) && { echo "zckpt._C reached under another flavour"; return 1; }
+  out=$(cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'from zckpt._ext import _C' 2>&1) && { echo "zckpt._C reached under another flavour"; return 1; }
   echo "$out"
   grep -q "build of torch, zckpt was built for" <<<"$out" || return 1
   cp "$WORK/build_info.orig" "$info"
-  (cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'import zckpt.dcp')
+  (cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c 'from zckpt._ext import _C')
 }
 t_pip=$(date +%s)
 check pip_install_no_build_isolation pip_install

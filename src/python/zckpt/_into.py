@@ -20,11 +20,13 @@ _FLAG_QUANTIZED = 1 << 6
 _STAGED_BYTES_PER_PASS = 256 << 20
 
 
-def _dtype_name(dtype):
+def dtype_name(dtype):
+    """zckpt's name of a torch dtype: zckpt names dtypes as torch does (`torch.<name>`,
+    include/zckpt/dtype.h), so the name is the mapping both ways (saved_dtype is the inverse)."""
     return str(dtype).removeprefix("torch.")
 
 
-def _target_problem(name, t):
+def target_problem(name, t):
     """Why `t` cannot be written in place at all, or ""."""
     if t.layout != torch.strided:
         return f"target '{name}' is not a dense (strided) tensor"
@@ -59,11 +61,11 @@ def viewable_problem(rec, what):
 
 def _mismatch(rec, name, t):
     """Why the record `rec` cannot go into `t`, or ""."""
-    why = _target_problem(name, t) or viewable_problem(rec, f"'{name}'")
+    why = target_problem(name, t) or viewable_problem(rec, f"'{name}'")
     if why:
         return why
     if saved_dtype(rec) != t.dtype:
-        return f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {_dtype_name(t.dtype)}"
+        return f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {dtype_name(t.dtype)}"
     if tuple(rec["shape"]) != tuple(t.shape):
         return (f"size mismatch for '{name}': the file has shape {list(rec['shape'])}, "
                 f"the target has shape {list(t.shape)}")
@@ -188,9 +190,9 @@ def load_element_runs(ckpt, runs, verify, allowed, sizes):
         numel = 1
         for n in rec["shape"]:
             numel *= n
-        why = _target_problem(name, t) or viewable_problem(rec, f"'{name}'")
+        why = target_problem(name, t) or viewable_problem(rec, f"'{name}'")
         if not why and saved_dtype(rec) != t.dtype:
-            why = f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {_dtype_name(t.dtype)}"
+            why = f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {dtype_name(t.dtype)}"
         if not why and not saved_contiguous(rec):
             why = f"'{name}' is not contiguous in its storage: element ranges need a contiguous saved tensor"
         if not why and not t.is_contiguous():

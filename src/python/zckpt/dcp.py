@@ -16,9 +16,14 @@ sizes); zckpt stores the pieces. A save writes one container per rank, `__<rank>
 saved tensor piece a checksummed storage of its own, each non-tensor item (DCP's BytesIO items:
 learning rates, steps, ...) a blob, plus DCP's `.metadata` as `FileSystemWriter` writes it. A
 load reads, per container, only the chunks overlapping the pieces this rank asked for, checks
-each chunk's XXH3, and writes the bytes straight into the tensors the planner hands over
-(`resolve_tensor`), on whatever device they live. A corrupt chunk fails the load with
-`zckpt.CorruptError` naming the file, the storage, its tensors and the byte range.
+each chunk's XXH3, and writes the bytes into the tensors the planner hands over
+(`resolve_tensor`): straight into a CPU tensor when the box is one contiguous byte run, through a
+bounded host staging buffer and copy_() otherwise (strided boxes, other dtypes, CUDA tensors;
+zckpt/_regions.py). A corrupt chunk fails the load with `zckpt.CorruptError` naming the file,
+the storage, its tensors and the byte range.
+
+Both directions run on the torch-free `zckpt._core` and torch's Python API only, so this module
+works under every torch 2.x the package supports, not only the one `zckpt._C` was built for.
 
 Folders written by DCP's own `FileSystemWriter` (`*.distcp`) become this layout with
 `zckpt convert DIR -o OUT` (no Python, no torch), and go back byte for byte with
@@ -50,10 +55,11 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import _paths
+from . import _core, _paths
 from ._errors import CorruptError, ZckptError
-from ._ext import _C
 from ._args import allowed_globals as _allowed
+from ._regions import load_regions, storage_tensors
+from ._writer import write_tensor
 
 __all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
 
@@ -136,7 +142,8 @@ class ZckptStorageWriter(StorageWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
         relative = f"{plan.storage_data}0{SUFFIX}"
-        writer = _C.ContainerWriter(_paths.join(self.path, relative), self.chunk_bytes, self.zstd_level, self.threads)
+        writer = _core.ContainerWriter(_paths.join(self.path, relative), self.chunk_bytes, self.zstd_level,
+                                       self.threads)
         results, names = [], set()
 
         def unique(name):
@@ -156,8 +163,7 @@ class ZckptStorageWriter(StorageWriter):
             else:
                 tensor = planner.resolve_data(item)  # lazily, one at a time: it may allocate
                 name = unique(piece_name(item.index.fqn, item.tensor_data.chunk.offsets))
-                writer.add_tensor(str(n), name, tensor, _piece_extra(item))
-                size = tensor.numel() * tensor.element_size()
+                size = write_tensor(writer, str(n), name, tensor, _piece_extra(item))
                 del tensor
             results.append(WriteResult(index=item.index, size_in_bytes=size, storage_data=(relative, name)))
         writer.set_metadata("zckpt.dcp.save_id", self.save_id)
@@ -225,7 +231,7 @@ def load_metadata(path) -> Metadata:
 
 def _read_metadata_file(path):
     data = _paths.read_bytes(path)  # a local FIFO or device is refused, never blocks
-    _C.check_dcp_metadata(data, path)  # zckpt's interpreter: UnsafeError / CorruptError
+    _core.check_dcp_metadata(data, path)  # zckpt's interpreter: UnsafeError / CorruptError
     metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     if not isinstance(metadata, Metadata):
         raise CorruptError(f"{path}: not DCP metadata (a {type(metadata).__name__})")
@@ -343,7 +349,7 @@ class ZckptStorageReader(StorageReader):
         if item.type == LoadItemType.BYTE_IO:
             return path, f"{CONVERTED_BYTES_PREFIX}{info.offset}"
         if path not in self._storage_tensors:
-            self._storage_tensors[path] = _C.storage_tensors(path)
+            self._storage_tensors[path] = storage_tensors(path)
         names = self._storage_tensors[path].get(str(info.offset))
         if not names:
             raise CorruptError(f"{path}: no piece at source offset {info.offset} (for {item.storage_index})")
@@ -359,13 +365,13 @@ class ZckptStorageReader(StorageReader):
             blobs = [(item, name) for item, name in items if item.type == LoadItemType.BYTE_IO]
             tensors = [(item, name) for item, name in items if item.type != LoadItemType.BYTE_IO]
             if blobs:
-                for (item, _), data in zip(blobs, _C.read_dcp_blobs(path, [n for _, n in blobs], self.allow_globals)):
+                for (item, _), data in zip(blobs, _core.read_dcp_blobs(path, [n for _, n in blobs], self.allow_globals)):
                     planner.load_bytes(item, io.BytesIO(data))
             if tensors:
                 targets = [planner.resolve_tensor(item).detach() for item, _ in tensors]
                 regions = [(name, list(item.storage_offsets), list(item.lengths), target)
                            for (item, name), target in zip(tensors, targets)]
-                stats = _C.load_regions(path, regions, self.verify)
+                stats = load_regions(path, regions, self.verify)
                 for (item, _), target in zip(tensors, targets):
                     planner.commit_tensor(item, target)
                 read["regions"] += stats["regions"]

@@ -50,7 +50,6 @@ import torch
 from . import _paths
 from . import _core
 from ._errors import CorruptError, UnsafeError, ZckptError
-from ._ext import _C
 from ._api import load
 
 RANK_FILE = re.compile(r"^(?P<family>.+)_world_size_(?P<world>[0-9]+)_rank_(?P<rank>[0-9]+)\.(?P<ext>zckpt|pt)$")
@@ -191,7 +190,7 @@ def _fsdp1_layout(ckpt_dir, family):
     """The FlatParameter layout of a family of FSDP1 flat optimizer files (src/merge/fsdp1_flat.h),
     or None when the family is not one. Raises (naming the files) when it is one whose layout the
     files do not give."""
-    text = _C.fsdp1_layout(ckpt_dir, family)
+    text = _core.fsdp1_layout(ckpt_dir, family)
     return json.loads(text) if text else None
 
 
@@ -299,7 +298,7 @@ def reshard(ckpt_dir, world_size, out, *, fmt="zckpt", log=print, overwrite=True
                 log(f"{family}: no sharded tensors (per-rank state): new rank r is old rank r % {old_world}'s")
                 continue
             merged = os.path.join(tmp, f"{family}.zckpt")
-            stats = _C.merge(ckpt_dir, merged, family, "")
+            stats = _core.merge(ckpt_dir, merged, family, "")
             full = load(merged, mmap=True)
             if how == "flat":
                 for r in range(world_size):
@@ -461,7 +460,7 @@ def _copy_rest(ckpt_dir, out, rank_files, world_size):
                 config["world_size"] = world_size
             _core.write_file_atomically(dst, json.dumps(config, indent=4).encode())
             continue
-        _C.copy_file_atomically(src, dst)
+        _core.copy_file_atomically(src, dst)
 
 
 def _replace_regular(src, dst):
