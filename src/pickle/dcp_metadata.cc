@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::string_view kMeta = "torch.distributed.checkpoint.metadata";
 
-constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kAllowed = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kAllowed = {{
     {kMeta, "Metadata"},
     {kMeta, "TensorStorageMetadata"},
     {kMeta, "BytesStorageMetadata"},
@@ -24,6 +24,10 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kAllowed
     {kMeta, "MetadataIndex"},
     {kMeta, "StorageMeta"},
     {kMeta, "_MEM_FORMAT_ENCODING"},
+    // Its members, as torch 2.4 and 2.9 pickle them (a global by qualified name, not a call).
+    {kMeta, "_MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT"},
+    {kMeta, "_MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST"},
+    {kMeta, "_MEM_FORMAT_ENCODING.TORCH_PRESERVE_FORMAT"},
     {"torch.distributed.checkpoint.filesystem", "_StorageInfo"},
     {"torch", "Size"},
     {"torch.serialization", "_get_layout"},

@@ -60,6 +60,11 @@ TEST(DcpMetadata, TheAllowlistIsDcpsClassesAndDtypes) {
   EXPECT_FALSE(IsDcpMetadataGlobal("torch", "load"));
   EXPECT_FALSE(IsDcpMetadataGlobal("builtins", "eval"));
   EXPECT_FALSE(IsDcpMetadataGlobal("torch.distributed.checkpoint.metadata", "os"));
+  // The memory-format enum's members as torch 2.4-2.9 pickle them (tools/ci/torch-matrix.sh
+  // saves through zckpt.dcp under those torches), and nothing else of that name.
+  EXPECT_TRUE(IsDcpMetadataGlobal("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT"));
+  EXPECT_TRUE(IsDcpMetadataGlobal("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST"));
+  EXPECT_FALSE(IsDcpMetadataGlobal("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING.__init__"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ moment must be equal (asserted in the ranks). The tests below check what the ran
 run the torch-free tools over the folders they wrote, against the full state dicts torch itself
 gathered (DTensor.full_tensor, FSDP1's FULL_STATE_DICT)."""
 import glob
+import io
 import json
 import os
 import pickle
@@ -240,6 +241,37 @@ def test_metadata_and_bytes_items_are_vetted_before_python_unpickles_them(group,
     with pytest.raises(CheckpointException, match="refused global"):
         dcp.load(state, storage_reader=zckpt.dcp.ZckptStorageReader(evil), no_dist=True)
     assert not marker.exists()
+
+
+def test_metadata_with_memory_format_members_as_older_torch_pickles_them(group, tmp_path):
+    """torch 2.4-2.9 pickle TensorProperties' memory format as (getattr, (_MEM_FORMAT_ENCODING,
+    'TORCH_CONTIGUOUS_FORMAT')): read back, while that getattr reaches no other attribute of
+    anything (tools/ci/torch-matrix.sh saves and loads through zckpt.dcp under those torches)."""
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
+
+    root, _ = group
+    folder = tmp_path / "old"
+    shutil.copytree(f"{root}/fsdp2_s4/zckpt", folder)
+    meta = zckpt.dcp.load_metadata(folder)
+
+    class _OldPickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, _MEM_FORMAT_ENCODING):
+                return getattr, (_MEM_FORMAT_ENCODING, obj.name)
+            return NotImplemented
+
+    buf = io.BytesIO()
+    _OldPickler(buf).dump(meta)
+    assert b"getattr" in buf.getvalue()
+    (folder / ".metadata").write_bytes(buf.getvalue())
+    back = zckpt.dcp.load_metadata(folder)
+    assert isinstance(back, Metadata)
+    props = [i.properties for i in back.state_dict_metadata.values() if hasattr(i, "properties")]
+    assert props and all(p.memory_format == torch.contiguous_format for p in props)
+    assert back.state_dict_metadata.keys() == meta.state_dict_metadata.keys()
+    for cls, name in ((_MEM_FORMAT_ENCODING, "__class__"), (Metadata, "__init__"), (_MEM_FORMAT_ENCODING, 3)):
+        with pytest.raises(pickle.UnpicklingError, match="not a member of DCP's memory-format enum"):
+            zckpt.dcp._enum_member(cls, name)
 
 
 def test_cuda_state_dict_saves_and_loads_in_place_on_the_device(tmp_path, needs_cuda):

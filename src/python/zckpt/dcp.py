@@ -205,10 +205,23 @@ _ALLOWED_CLASSES = {
 }
 
 
+def _enum_member(cls, name):
+    """getattr as Python pickles an Enum member, (getattr, (its class, its name)), which torch
+    2.4-2.9 write for TensorProperties' memory format: _MEM_FORMAT_ENCODING's members only."""
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    if cls is _MEM_FORMAT_ENCODING and isinstance(name, str) and name in _MEM_FORMAT_ENCODING.__members__:
+        return _MEM_FORMAT_ENCODING[name]
+    raise pickle.UnpicklingError(f"DCP metadata asks for attribute {name!r} of {cls!r}, which is not a member "
+                                 "of DCP's memory-format enum")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in _ALLOWED_CLASSES:
             return super().find_class(module, name)
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"DCP metadata names {module}.{name}, which is not one of the classes "
