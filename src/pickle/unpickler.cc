@@ -46,6 +46,12 @@ class Machine {
       if (*code == op::kStop) break;
       Step(*code);
     }
+    // A reader of a stream (torch.load of a legacy file) takes a frame whole: bytes of the last
+    // frame after STOP would be read as part of this pickle there, shifting whatever follows it.
+    // Python's pickler ends its last frame right after STOP.
+    if (frame_end_ > in_.pos())
+      Fail("FRAME claims " + std::to_string(frame_end_ - frame_begin_) + " bytes, but the pickle stops " +
+           std::to_string(frame_end_ - in_.pos()) + " bytes before its end");
     UnpickleResult result;
     Value* root = Pop();
     CheckGetattrOnlyFolded(root);
@@ -410,6 +416,7 @@ class Machine {
   void StepCall(uint8_t code);
 
   ByteReader in_;
+  uint64_t frame_begin_ = 0, frame_end_ = 0;  // the last FRAME's bytes
   const UnpickleOptions& options_;
   const GlobalVetter vetter_;
   std::shared_ptr<ValueArena> arena_;
@@ -544,6 +551,8 @@ void Machine::Step(uint8_t code) {
       uint64_t n = ReadLE(8, "FRAME");
       if (n > in_.remaining())
         Fail("FRAME claims " + std::to_string(n) + " bytes but only " + std::to_string(in_.remaining()) + " remain");
+      frame_begin_ = in_.pos();
+      frame_end_ = in_.pos() + n;
       return;  // frames only group opcodes; their contents are read as usual
     }
     // -- constants and numbers

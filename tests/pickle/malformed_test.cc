@@ -155,6 +155,16 @@ TEST(Malformed, HugeLengthClaimsAreCleanErrors) {
   ExpectUnpickleError(ToBytes("X\x05\x00\x00"), ErrorKind::kCorrupt, "offset 0: truncated BINUNICODE argument");
 }
 
+TEST(Malformed, AFrameThatOutlastsStopIsRefused) {
+  // A stream reader (torch.load of a legacy file) takes a frame whole, so the 2 bytes after STOP
+  // would belong to this pickle there and shift whatever follows: refused, never read two ways.
+  ExpectUnpickleError(ToBytes(std::string("\x80\x04\x95\x04\x00\x00\x00\x00\x00\x00\x00N.xy", 15)),
+                      ErrorKind::kCorrupt, "FRAME claims 4 bytes, but the pickle stops 2 bytes before its end");
+  // As Python frames it: the last frame ends right after STOP.
+  UnpickleResult r = Unpickle(ToBytes(std::string("\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00N.", 13)));
+  EXPECT_EQ(r.end_offset, 13u);
+}
+
 TEST(Malformed, DeepNestingIsAnErrorNotAStackOverflow) {
   const size_t n = 100000;
   // 100k open MARKs.
