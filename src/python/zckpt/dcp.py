@@ -17,9 +17,9 @@ saved tensor piece a checksummed storage of its own, each non-tensor item (DCP's
 learning rates, steps, ...) a blob, plus DCP's `.metadata` as `FileSystemWriter` writes it. A
 load reads, per container, only the chunks overlapping the pieces this rank asked for, checks
 each chunk's XXH3, and writes the bytes into the tensors the planner hands over
-(`resolve_tensor`): straight into a CPU tensor when the box is one contiguous byte run, through a
-bounded host staging buffer and copy_() otherwise (strided boxes, other dtypes, CUDA tensors;
-zckpt/_regions.py). A corrupt chunk fails the load with `zckpt.CorruptError` naming the file,
+(`resolve_tensor`): straight into a CPU or CUDA tensor when the box is one contiguous byte run
+(CUDA through the loader's pinned ring), through a bounded host staging buffer and copy_()
+otherwise (strided boxes, other dtypes; zckpt/_regions.py). A corrupt chunk fails the load with `zckpt.CorruptError` naming the file,
 the storage, its tensors and the byte range.
 
 Both directions run on the torch-free `zckpt._core` and torch's Python API only, so this module
