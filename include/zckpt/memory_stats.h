@@ -1,5 +1,7 @@
-// Host and device memory figures: what `zckpt load` reports and what the tests and benchmarks
-// measure a load by. Not needed to load anything (zckpt/loader.h).
+// Host and device memory figures the tests and benchmarks measure a load by. Not needed to load
+// anything (zckpt/loader.h). The host figures need no torch (the `zckpt load` command reports
+// them; its device figures are load_ranges.h's ReadCudaMemory); the device figures below are
+// torch's caching allocator's, in libzckpt.
 #pragma once
 
 #include <cstdint>

@@ -11,14 +11,14 @@
 
 namespace zckpt::loader {
 
-LoadStats LoadRanges(const Container& c, const std::vector<ByteRange>& ranges, const LoadOptions& options,
+LoadStats LoadRanges(const Container& c, const std::vector<LoadTarget>& ranges, const LoadOptions& options,
                      const std::vector<CudaDevice>& cuda_devices) {
   auto t0 = std::chrono::steady_clock::now();
   ResolveContainerLoad(options, c);
   const uint64_t chunk_bytes = c.superblock().chunk_bytes;
   std::vector<std::pair<uint64_t, Piece>> pieces;
   std::vector<bool> touched(c.storage_count(), false);
-  for (const ByteRange& r : ranges) {
+  for (const LoadTarget& r : ranges) {
     if (r.storage >= c.storage_count())
       throw Error(ErrorKind::kInvalidArgument, c.path() + ": no storage index " + std::to_string(r.storage));
     StorageInfo info = c.storage(r.storage);

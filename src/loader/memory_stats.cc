@@ -1,8 +1,5 @@
-// Host and device memory figures for `zckpt load`, the tests and the benchmarks.
-#include <fstream>
-#include <sstream>
-#include <string>
-
+// Device memory figures of torch's caching allocator for the tests and the benchmarks (the host
+// figures are torch-free: host_memory.cc).
 #include "loader/tensors.h"
 #include "zckpt/memory_stats.h"
 
@@ -13,28 +10,6 @@
 #endif
 
 namespace zckpt {
-
-HostMemory ReadHostMemory() {
-  HostMemory m;
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string key;
-    uint64_t kib = 0;
-    fields >> key >> kib;
-    if (key == "VmRSS:") m.rss = kib << 10;
-    if (key == "VmHWM:") m.peak = kib << 10;
-  }
-  return m;
-}
-
-bool ResetHostPeak() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";  // "reset the peak resident set size" (proc(5))
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 bool CudaAvailable() {
 #if ZCKPT_WITH_CUDA

@@ -1,7 +1,6 @@
 """The `zckpt` command of the Python package (pyproject.toml's console script) and `python -m zckpt`.
 
-Runs the zckpt binary (tools/zckpt), which `zckpt load` hands on to zckpt-load beside it. The
-binary is found, in order: $ZCKPT_CLI_DIR (`meson devenv` sets it to the build's tools/), bin/
+Runs the zckpt binary (tools/zckpt). The binary is found, in order: $ZCKPT_CLI_DIR (`meson devenv` sets it to the build's tools/), bin/
 inside the installed zckpt package (a wheel), then the folder meson installed it to (CLI_DIR of
 zckpt/_build_info.py). Imports neither torch nor zckpt, so the command starts as the binary does.
 """

@@ -23,43 +23,23 @@
 
 #include "common/cudart_loader.h"
 #include "loader/host_load.h"
-#include "loader/map_verify.h"
-#include "loader/mapping.h"
 #include "save/save_pickled.h"
 #include "python/core_functions.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
 #include "zckpt/load_options.h"
+#include "zckpt/load_ranges.h"
 
 namespace py = pybind11;
 
 namespace zckpt::python {
 namespace {
 
-// Host storages are aligned to the block size O_DIRECT needs, so bytes not in the page cache go
-// straight from the disk into them.
-constexpr size_t kHostBufferAlign = 4096;
-
-// Host memory a load fills, owned by Python: a writable buffer (torch.frombuffer wraps it without
-// a copy; the tensor keeps the buffer alive). Zero-filled is not promised: a load overwrites it.
-class HostBuffer {
- public:
-  explicit HostBuffer(uint64_t bytes) : bytes_(bytes) {
-    const size_t rounded = (bytes + kHostBufferAlign - 1) / kHostBufferAlign * kHostBufferAlign;
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(kHostBufferAlign, rounded ? rounded : kHostBufferAlign));
-    if (!data_)
-      throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
-  }
-  ~HostBuffer() { std::free(data_); }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  uint8_t* data() const { return data_; }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  uint64_t bytes_ = 0;
-};
+// Host memory a load fills, owned by Python (zckpt/load_ranges.h's LoadBuffer on the host:
+// 4 KiB-aligned, so bytes not in the page cache go straight from the disk into it): a writable
+// buffer torch.frombuffer wraps without a copy, the tensor keeping it alive. Zero-filled is not
+// promised: a load overwrites it.
+using HostBuffer = LoadBuffer;
 
 LoadOptions RingOptions(bool verify, std::optional<unsigned> threads, std::optional<unsigned> slots,
                         std::optional<uint64_t> slot_bytes) {
@@ -104,7 +84,7 @@ py::dict LoadStatsDict(const LoadStats& s) {
 }
 
 // Runs loader::LoadRanges without the GIL; its figures as a dict.
-py::dict RunLoadRanges(const Container& c, const std::vector<loader::ByteRange>& ranges,
+py::dict RunLoadRanges(const Container& c, const std::vector<LoadTarget>& ranges,
                        const std::vector<loader::CudaDevice>& devices, bool verify, std::optional<unsigned> threads,
                        std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
   LoadStats s;
@@ -123,7 +103,7 @@ py::dict LoadRangesDevice(const Container& c,
                           const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t, int32_t>>& targets,
                           const std::map<int32_t, uintptr_t>& streams, bool verify, std::optional<unsigned> threads,
                           std::optional<unsigned> slots, std::optional<uint64_t> slot_bytes) {
-  std::vector<loader::ByteRange> ranges;
+  std::vector<LoadTarget> ranges;
   ranges.reserve(targets.size());
   for (const auto& [storage, begin, end, address, device] : targets)
     ranges.push_back({storage, begin, end, reinterpret_cast<uint8_t*>(address), device});
@@ -133,51 +113,35 @@ py::dict LoadRangesDevice(const Container& c,
   return RunLoadRanges(c, ranges, devices, verify, threads, slots, slot_bytes);
 }
 
-// Bytes of a storage inside the file's copy-on-write mapping (loader::Mapping), which stays mapped
-// while any view of it lives: torch.frombuffer over this aliases the file as torch.load(mmap=True)
-// does.
+// Bytes of one storage of a MappedStorages, which stays (mapped) while any view of it lives:
+// torch.frombuffer over this aliases the file as torch.load(mmap=True) does.
 class MappedBytes {
  public:
-  MappedBytes(std::shared_ptr<loader::Mapping> m, uint64_t offset, uint64_t bytes)
-      : mapping_(std::move(m)), data_(mapping_->data() + offset), bytes_(bytes) {}
+  MappedBytes(std::shared_ptr<const MappedStorages> m, uint32_t storage, uint64_t bytes)
+      : mapped_(std::move(m)), data_(mapped_->data(storage)), bytes_(bytes) {}
   uint8_t* data() const { return data_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
-  std::shared_ptr<loader::Mapping> mapping_;
+  std::shared_ptr<const MappedStorages> mapped_;
   uint8_t* data_;
   uint64_t bytes_;
 };
 
-// key -> MappedBytes per storage of raw chunks laid end to end in the file; a storage of zstd
-// chunks cannot alias the file and is decoded (and checked) into a HostBuffer. With verify, every
-// mapped chunk is hashed where it lies first (loader::VerifyMapped), on `threads` threads.
+// key -> MappedBytes per storage (MappedStorages: raw chunks laid end to end alias the file, zstd
+// chunks are decoded and checked; with verify, every mapped chunk is hashed where it lies first,
+// on `threads` threads).
 py::dict MapStorages(const Container& c, bool verify, std::optional<unsigned> threads) {
-  std::vector<std::pair<std::string, py::object>> out;
-  std::vector<uint64_t> to_verify;
-  auto mapping = std::make_shared<loader::Mapping>(c);
-  const uint64_t chunk_bytes = c.superblock().chunk_bytes;
-  for (uint32_t s = 0; s < c.storage_count(); ++s) {
-    StorageInfo info = c.storage(s);
-    if (info.raw_bytes != 0 && info.contiguous) {
-      out.emplace_back(std::string(info.key), py::cast(MappedBytes(mapping, info.data_offset, info.raw_bytes)));
-      if (verify)
-        for (uint64_t k = 0; k < info.chunk_count; ++k) to_verify.push_back(info.first_chunk + k);
-      continue;
-    }
-    auto owned = std::make_unique<HostBuffer>(info.raw_bytes);
-    {
-      py::gil_scoped_release release;
-      for (uint64_t k = 0; k < info.chunk_count; ++k) c.ReadChunk(info.first_chunk + k, owned->data() + k * chunk_bytes, true);
-    }
-    out.emplace_back(std::string(info.key), py::cast(std::move(owned)));
-  }
-  if (!to_verify.empty()) {
+  std::shared_ptr<const MappedStorages> mapped;
+  {
     py::gil_scoped_release release;
-    loader::VerifyMapped(c, mapping->data(), to_verify, threads.value_or(DefaultReaderThreads()));
+    mapped = std::make_shared<const MappedStorages>(c, verify, threads.value_or(DefaultReaderThreads()));
   }
   py::dict d;
-  for (auto& [key, buffer] : out) d[py::str(key)] = buffer;
+  for (uint32_t s = 0; s < c.storage_count(); ++s) {
+    StorageInfo info = c.storage(s);
+    d[py::str(std::string(info.key))] = py::cast(MappedBytes(mapped, s, info.raw_bytes));
+  }
   return d;
 }
 
@@ -279,7 +243,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("streams") = std::map<int, uintptr_t>{});
 
   py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol(), py::module_local())
-      .def(py::init<uint64_t>(), py::arg("bytes"))
+      .def(py::init([](uint64_t bytes) { return std::make_unique<HostBuffer>(bytes); }), py::arg("bytes"))
       .def_property_readonly("address", [](const HostBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
       .def("__len__", &HostBuffer::bytes)
       .def_buffer([](HostBuffer& b) {

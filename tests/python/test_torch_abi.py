@@ -1,7 +1,7 @@
-"""The torch a build of zckpt runs under (zckpt/_abi.py), and `python -m zckpt` in the build.
+"""The torch the test-only zckpt._C runs under (zckpt/_abi.py), and `python -m zckpt` in the build.
 
-The refusal of a real installed wheel under another torch is tools/install/test-install.sh's
-pip_refuses_other_torch; here: the rule itself, case by case, and the record this build wrote."""
+The installed package has no _C (tools/install/test-install.sh's pip_package_is_torch_free); here:
+the rule itself, case by case, and the record this build wrote."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zckpt
-from zckpt import _abi, _build_info
+from zckpt import _abi, _build_info, _torch_build
 from zckpt_testing import build_root
 
 CUDA13 = ("2.15.0+cu132", "13.2", 1)
@@ -45,9 +45,9 @@ def test_cpu_build_refuses_cuda_torch():
 
 def test_this_build_records_the_torch_it_runs_under():
     """The record is what meson saw (tools/build/torch_info.py), i.e. this very torch."""
-    assert _build_info.TORCH_VERSION == torch.__version__
-    assert _build_info.TORCH_CUDA == (torch.version.cuda or "")
-    assert _build_info.TORCH_CXX11_ABI == int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert _torch_build.TORCH_VERSION == torch.__version__
+    assert _torch_build.TORCH_CUDA == (torch.version.cuda or "")
+    assert _torch_build.TORCH_CXX11_ABI == int(torch._C._GLIBCXX_USE_CXX11_ABI)
     assert _build_info.VERSION == subprocess.run([os.path.join(build_root(), "tools", "zckpt"), "--version"],
                                                  capture_output=True, text=True, timeout=60).stdout.split()[1]
 

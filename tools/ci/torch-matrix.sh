@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The torch-version matrix: one build of zckpt, used unchanged under several torch 2.x and with no
-# torch at all. The build folder's Python package (`_core`, the pure-Python modules; `_C` was built
-# against the project virtualenv's torch and is never imported by the checks) and its zckpt binary
-# are put on PYTHONPATH / ZCKPT_CLI_DIR of each virtualenv:
+# torch at all. The build folder's Python package (`_core`, the pure-Python modules; the tests'
+# `_C` there is never imported by the checks) and its zckpt binary are put on PYTHONPATH /
+# ZCKPT_CLI_DIR of each virtualenv:
 #   - torch ZCKPT_MATRIX_TORCHES (default 2.4.1, the oldest supported, and 2.9.1, a middle one),
 #     each from PyPI (or a wheel already in ZCKPT_MATRIX_WHEELS, ~/.cache/zckpt/wheels) into a
 #     virtualenv of its own made with /usr/bin/python3, cached under ZCKPT_MATRIX_CACHE
@@ -12,7 +12,7 @@
 # Under each torch: tools/ci/torch_matrix_checks.py torch (convert, verify, load == torch.load
 # with views and shared storages, load_into in place, iter_tensors, save + export read back by
 # torch.load, the vLLM entry point, `import zckpt` in under a second without torch, zckpt._C never
-# imported). Without torch: the command's convert, verify, ls --json, export and merge of a DCP
+# imported). Without torch: the command's convert, verify, ls --json, export, load and merge of a DCP
 # folder, `import zckpt`, zckpt.load saying torch is needed; their outputs read back under torch.
 # Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
 set -uo pipefail

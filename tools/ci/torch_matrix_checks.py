@@ -196,6 +196,12 @@ def no_torch_checks(d):
         assert {"w", "w_t", "rows", "nested.b"} <= names, sorted(names)
     check("cli_ls_json", ls_json)
     check("cli_export", lambda: run_cli("export", zc, "-o", os.path.join(d, "back.pt")))
+
+    def cli_load():
+        for mode in ([], ["--into"], ["--map"]):
+            doc = json.loads(run_cli("load", "--json", zc, *mode))
+            assert doc["status"] == "ok" and doc["verified"] and doc["bytes"] > 0, doc
+    check("cli_load", cli_load)
     check("cli_merge_dcp_folder", lambda: run_cli("merge", os.path.join(d, "dcp"), "-o", os.path.join(d, "merged.zckpt")))
 
     def api():

@@ -132,7 +132,7 @@ else
   configured=$?
   if (( configured == 0 )); then
     run_step carried-flags 30 "$PY" tools/build/check_carried.py "$BUILD" "$DEPS"
-    run_step build-core 200 ninja -C "$BUILD" -k 0 -j "$JOBS" tools/zckpt tools/zckpt-load "src/python/zckpt/_C$EXT"
+    run_step build-core 200 ninja -C "$BUILD" -k 0 -j "$JOBS" tools/zckpt "src/python/zckpt/_C$EXT"
     core=$?
     run_step carried-built 30 "$PY" tools/build/check_carried.py "$BUILD" "$DEPS" --built
   else

@@ -48,8 +48,8 @@ class Args {
 // command never writes over the file it reads.
 bool SameFile(const std::string& a, const std::string& b);
 
-// The folder of the running executable ("" when /proc is unavailable): where `zckpt` finds
-// zckpt-load and, in a build tree, the Python package.
+// The folder of the running executable ("" when /proc is unavailable): where `zckpt reshard`
+// finds, in a build tree or a wheel, the Python package.
 std::string SelfDir();
 
 // An option given by a deprecated spelling (kept working for one release): when `key` was given,

@@ -1,21 +1,24 @@
-// `zckpt load FILE`: streams a whole container into tensors on a device (libzckpt) and reports
-// how fast and with how much memory: the loader's own benchmark and a quick health check.
-// Built into `zckpt-load` only (the binary that links LibTorch; see exec_load.cc).
-#include <ATen/ops/zeros.h>
+// `zckpt load FILE`: streams a whole container into memory on a device and reports how fast and
+// with how much memory: the loader's own benchmark and a quick health check. No torch: the
+// destinations are LoadBuffers (host memory, or cudaMalloc of the CUDA runtime loaded at run
+// time), filled by zckpt/load_ranges.h's LoadRanges as the Python module's loads are.
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #include "commands.h"
 #include "json_writer.h"
 #include "printable.h"
 #include "progress.h"
+#include "zckpt/container.h"
 #include "zckpt/inspect.h"
-#include "zckpt/loader.h"
+#include "zckpt/load_ranges.h"
 #include "zckpt/memory_stats.h"
 
 namespace zckpt::cli {
@@ -33,15 +36,16 @@ constexpr const char* kHelp =
     "chunk's XXH3 (--no-verify skips that),\n"
     "while the previous ones are copied to the device. Reports bytes, seconds, GB/s, the peak\n"
     "host RSS (VmHWM, and its growth over the RSS before the load) and, on cuda, the peak device\n"
-    "memory the load allocated and reserved (torch's caching allocator) and how much less the\n"
-    "device has free (cudaMemGetInfo) while the result is alive.\n"
+    "memory the load allocated (the destination: the ring is host memory) and how much less the\n"
+    "device has free (cudaMemGetInfo) while the result is alive. The CUDA runtime is loaded when\n"
+    "--device cuda first needs it: the system's libcudart (ZCKPT_CUDART=FILE names one).\n"
     "  --ring-only  cpu: copy every byte through the ring (by default large chunks are read\n"
     "           straight into the destination)\n"
     "  --buffered  cpu: read uncached bytes through the page cache too (by default bytes going\n"
     "           straight into the destination that are not cached are read with O_DIRECT)\n"
-    "  --into   load into tensors allocated (zeroed) beforehand, in place (LoadInto)\n"
-    "  --map    map the file instead: CPU tensors aliasing it (Map), every chunk checked in the\n"
-    "           mapping first (with --no-verify: nothing read)\n"
+    "  --into   load each tensor into memory of its own allocated (and zeroed) beforehand, in place\n"
+    "  --map    map the file instead: storages aliasing it, every chunk checked in the mapping\n"
+    "           first (with --no-verify: nothing read)\n"
     "Before any data is read, the kept object pickle is read by zckpt's interpreter (its\n"
     "globals on the allowlist or allowed with --allow-global) and checked against the index.\n";
 constexpr const char* kHelpTail =
@@ -64,8 +68,9 @@ struct Report {
   uint64_t tensors = 0;
   HostMemory before, after;
   bool host_peak_reset = false;
-  DeviceMemory device_before, device_after;
   int cuda_index = -1;
+  uint64_t device_allocated = 0;  // device bytes the load itself allocated (its destination)
+  CudaMemory device_before, device_after;
 };
 
 const char* ModeName(Mode m) { return m == Mode::kLoad ? "load" : m == Mode::kInto ? "into" : "map"; }
@@ -74,6 +79,19 @@ std::optional<ReadMethod> ParseMethod(const std::string& s) {
   for (ReadMethod m : {ReadMethod::kAuto, ReadMethod::kPread, ReadMethod::kMmap, ReadMethod::kDirect})
     if (s == ReadMethodName(m)) return m;
   return std::nullopt;
+}
+
+// "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N; nullopt for anything else.
+std::optional<int> ParseDevice(const std::string& s) {
+  if (s == "cpu") return -1;
+  if (s == "cuda") return 0;
+  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 9) return std::nullopt;
+  int n = 0;
+  for (char ch : s.substr(5)) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    n = n * 10 + (ch - '0');
+  }
+  return n;
 }
 
 uint64_t Delta(uint64_t after, uint64_t before) { return after > before ? after - before : 0; }
@@ -85,89 +103,65 @@ double CpuSeconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-// Zeroed tensors shaped like the file's, on `device`, for --into (allocated before the peak
-// memory is reset: they are the destination, not part of the load's cost).
-std::vector<std::pair<std::string, at::Tensor>> MakeTargets(const std::string& path, c10::Device device,
-                                                           const LoadOptions& options) {
-  MapOptions map;
-  map.object_tree = false;
-  map.allow_globals = options.allow_globals;
-  MapResult shapes = Map(path, map);  // dtypes and shapes without reading data
-  std::vector<std::pair<std::string, at::Tensor>> targets;
-  for (const auto& [name, t] : shapes.tensors)
-    targets.emplace_back(name, at::zeros(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(device)));
-  return targets;
-}
-
-// What one mode's load gives the report. `streamed` holds a streamed load's tensors alive until
-// the device figures are read.
-struct Loaded {
-  uint64_t bytes = 0;
-  double seconds = 0;
-  uint64_t tensors = 0;
-  LoadStats stats;  // the streamed and in-place modes
-  std::optional<LoadResult> streamed;
+// Where the bytes go: one buffer per storage (a load into fresh memory), or per tensor (--into:
+// allocated and zeroed before the load starts, so they are the destination, not its cost).
+struct Destination {
+  std::vector<std::unique_ptr<LoadBuffer>> buffers;
+  std::vector<LoadTarget> targets;
 };
 
-Loaded LoadMapped(const std::string& path, const LoadOptions& options) {
-  MapOptions map;
-  map.allow_globals = options.allow_globals;
-  map.verify = options.verify;
-  map.threads = options.threads.value_or(map.threads);
-  MapResult m = Map(path, map);
-  Loaded l;
-  l.stats.verified = map.verify;
-  l.seconds = m.stats.seconds;
-  l.bytes = m.stats.mapped_bytes + m.stats.decoded_bytes;
-  l.tensors = m.stats.tensors;
-  return l;
-}
-
-Loaded FromStats(LoadStats stats) {
-  Loaded l;
-  l.bytes = stats.raw_bytes;
-  l.seconds = stats.seconds;
-  l.tensors = stats.tensors;
-  l.stats = stats;
-  return l;
-}
-
-Loaded LoadInPlace(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& targets,
-                   const LoadOptions& options) {
-  LoadIntoOptions o;
-  o.base = options;
-  return FromStats(LoadInto(path, targets, o).stats);
-}
-
-Loaded LoadStreamed(const std::string& path, c10::Device device, const LoadOptions& options) {
-  LoadResult result = Load(path, device, options);
-  Loaded l = FromStats(result.stats);
-  l.streamed = std::move(result);
-  return l;
-}
-
-// Runs the load of `mode` between the memory and CPU probes the report gives.
-void Run(const std::string& path, c10::Device device, Mode mode, const LoadOptions& options, Report* r) {
-  std::vector<std::pair<std::string, at::Tensor>> targets;
-  if (mode == Mode::kInto) targets = MakeTargets(path, device, options);
-  r->cuda_index = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
-  if (r->cuda_index >= 0) {
-    ResetDevicePeak(r->cuda_index);
-    r->device_before = ReadDeviceMemory(r->cuda_index);
+Destination PerStorage(const Container& c, int device) {
+  Destination d;
+  for (uint32_t i = 0; i < c.storage_count(); ++i) {
+    uint64_t bytes = c.storage(i).raw_bytes;
+    d.buffers.push_back(std::make_unique<LoadBuffer>(bytes, device));
+    d.targets.push_back({i, 0, bytes, d.buffers.back()->data(), device});
   }
+  return d;
+}
+
+Destination PerTensor(const Container& c, int device) {
+  Destination d;
+  for (uint32_t i = 0; i < c.tensor_count(); ++i) {
+    TensorInfo t = c.tensor(i);
+    d.buffers.push_back(std::make_unique<LoadBuffer>(t.byte_end - t.byte_begin, device));
+    d.buffers.back()->Zero();
+    d.targets.push_back({t.storage, t.byte_begin, t.byte_end, d.buffers.back()->data(), device});
+  }
+  return d;
+}
+
+// Runs the load of `mode` between the memory and CPU probes the report gives; what it loaded
+// stays alive until the device figures are read.
+void Run(const std::string& path, int device, Mode mode, const LoadOptions& options, Report* r) {
+  std::unique_ptr<Container> c = Container::Open(path);
+  Destination into;
+  if (mode == Mode::kInto) into = PerTensor(*c, device);
+  r->cuda_index = device;
+  if (device >= 0) r->device_before = ReadCudaMemory(device);
   r->host_peak_reset = ResetHostPeak();
   r->before = ReadHostMemory();
-  double cpu0 = CpuSeconds();
-  Loaded l = mode == Mode::kMap    ? LoadMapped(path, options)
-             : mode == Mode::kInto ? LoadInPlace(path, targets, options)
-                                   : LoadStreamed(path, device, options);
+  const double cpu0 = CpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckObjectPickle(*c, options.allow_globals);
+  Destination fresh;
+  std::unique_ptr<MappedStorages> mapped;
+  if (mode == Mode::kMap) {
+    mapped = std::make_unique<MappedStorages>(*c, options.verify, options.threads.value_or(DefaultReaderThreads()));
+    r->stats.verified = options.verify;
+    r->bytes = mapped->mapped_bytes() + mapped->decoded_bytes();
+  } else {
+    if (mode == Mode::kLoad) fresh = PerStorage(*c, device);
+    r->stats = LoadRanges(*c, mode == Mode::kInto ? into.targets : fresh.targets, options);
+    r->bytes = r->stats.raw_bytes;
+    if (device >= 0)
+      for (const auto& b : fresh.buffers) r->device_allocated += b->bytes();
+  }
+  r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r->cpu_seconds = CpuSeconds() - cpu0;
   r->after = ReadHostMemory();
-  if (r->cuda_index >= 0) r->device_after = ReadDeviceMemory(r->cuda_index);
-  r->bytes = l.bytes;
-  r->seconds = l.seconds;
-  r->tensors = l.tensors;
-  r->stats = l.stats;
+  if (device >= 0) r->device_after = ReadCudaMemory(device);
+  r->tensors = c->tensor_count();
 }
 
 void PrintJson(const std::string& path, const Report& r) {
@@ -189,9 +183,7 @@ void PrintJson(const std::string& path, const Report& r) {
   jw.Key("rss_before").UInt(r.before.rss).Key("rss_peak").UInt(r.after.peak);
   jw.Key("rss_peak_delta").UInt(Delta(r.after.peak, r.before.rss)).Key("rss_peak_exact").Bool(r.host_peak_reset);
   if (r.cuda_index >= 0) {
-    jw.Key("device_peak_bytes").UInt(Delta(r.device_after.peak_allocated, r.device_before.allocated));
-    jw.Key("device_reserved_delta").UInt(Delta(r.device_after.reserved, r.device_before.reserved));
-    jw.Key("device_peak_reserved_delta").UInt(Delta(r.device_after.peak_reserved, r.device_before.reserved));
+    jw.Key("device_peak_bytes").UInt(r.device_allocated);
     jw.Key("device_used_delta").UInt(Delta(r.device_before.free, r.device_after.free));
     jw.Key("device_free_after").UInt(r.device_after.free);
   }
@@ -217,10 +209,9 @@ void PrintText(const std::string& path, const Report& r) {
               FormatBytes(Delta(r.after.peak, r.before.rss)).c_str(), FormatBytes(r.before.rss).c_str(),
               r.host_peak_reset ? "" : " [peak not resettable here: includes earlier use]");
   if (r.cuda_index >= 0)
-    std::printf("  device cuda:%d: peak %s allocated by the load, peak %s reserved (caching allocator), %s more in "
-                "use with the result alive (cudaMemGetInfo; %s free)\n",
-                r.cuda_index, FormatBytes(Delta(r.device_after.peak_allocated, r.device_before.allocated)).c_str(),
-                FormatBytes(Delta(r.device_after.peak_reserved, r.device_before.reserved)).c_str(),
+    std::printf("  device cuda:%d: %s allocated by the load (its destination), %s more in use with the result "
+                "alive (cudaMemGetInfo; %s free)\n",
+                r.cuda_index, FormatBytes(r.device_allocated).c_str(),
                 FormatBytes(Delta(r.device_before.free, r.device_after.free)).c_str(),
                 FormatBytes(r.device_after.free).c_str());
 }
@@ -271,13 +262,9 @@ int RunLoad(const Argv& argv) {
   Report r;
   r.mode = args.Has("map") ? Mode::kMap : args.Has("into") ? Mode::kInto : Mode::kLoad;
   r.device = args.Get("device").value_or("cpu");
-  std::unique_ptr<c10::Device> device;
-  try {
-    device = std::make_unique<c10::Device>(r.device);
-  } catch (const c10::Error&) {
-    return UsageError("load", "bad --device '" + r.device + "' (cpu, cuda, cuda:N)");
-  }
-  if (r.mode == Mode::kMap && !device->is_cpu()) return UsageError("load", "--map gives CPU tensors: no --device");
+  std::optional<int> device = ParseDevice(r.device);
+  if (!device) return UsageError("load", "bad --device '" + r.device + "' (cpu, cuda, cuda:N)");
+  if (r.mode == Mode::kMap && *device >= 0) return UsageError("load", "--map gives CPU memory: no --device");
   bool json = args.Has("json");
   try {
     std::unique_ptr<ProgressBar> bar;
@@ -288,11 +275,7 @@ int RunLoad(const Argv& argv) {
         bar->Set(done);
       };
     }
-    try {
-      Run(path, *device, r.mode, options, &r);
-    } catch (const c10::Error& e) {  // e.g. no such CUDA device: the load could not run
-      throw Error(ErrorKind::kIo, std::string("torch: ") + e.what_without_backtrace());
-    }
+    Run(path, *device, r.mode, options, &r);
     if (bar) bar->Finish();
   } catch (const Error& caught) {
     Error e = WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first

@@ -22,11 +22,7 @@ int RunExport(const Argv& args);
 int RunBench(const Argv& args);
 int RunMerge(const Argv& args);
 int RunReshard(const Argv& args);
-// `zckpt load` lives in a second binary, `zckpt-load`, the only one that links LibTorch (its
-// start-up costs ~0.5 s of CPU, which every convert and verify would otherwise pay).
-// RunLoad is its body; ExecLoad, in `zckpt`, replaces the process with it.
 int RunLoad(const Argv& args);
-int ExecLoad(const Argv& args);
 
 // torch.distributed.checkpoint folders (cmd_dcp.cc), called by convert and export when their
 // argument is a DCP folder (src/checkpoint/source_kind.h: IsDcpFolder). Return exit codes.

@@ -23,7 +23,7 @@ const Command kCommands[] = {
     {"export", zckpt::cli::RunExport, "write a container back as a .pt (or .safetensors) file, a DCP folder as .distcp"},
     {"merge", zckpt::cli::RunMerge, "reassemble full tensors of a sharded checkpoint into a container or a HF folder"},
     {"reshard", zckpt::cli::RunReshard, "rewrite verl per-rank files for another world size (runs python -m zckpt)"},
-    {"load", zckpt::cli::ExecLoad, "stream a container into tensors on a device and report speed and memory"},
+    {"load", zckpt::cli::RunLoad, "stream a container into memory on a device and report speed and memory"},
     {"bench", zckpt::cli::RunBench, "benchmark verify/load against baselines measured in the same run"},
 };
 

@@ -1,4 +1,4 @@
-// The error boundary both binaries (`zckpt`, `zckpt-load`) put around a subcommand.
+// The error boundary `zckpt` puts around a subcommand.
 #include <cstdio>
 #include <exception>
 

@@ -24,7 +24,7 @@ caller by name (`allow_globals=[...]` on load, load_into, convert and export; `-
 on the command line), and it must describe the same tensors as the container's index.
 
 Importing zckpt imports no torch: convert, export, verify and the error classes run on the
-torch-free core (`_core`); the rest imports torch (and checks it, _abi.py) on first use.
+torch-free core (`_core`); the rest imports torch (and checks its version) on first use.
 """
 from ._errors import CorruptError, UnsafeError, ZckptError  # noqa: F401
 from ._tools import convert, export, verify  # noqa: F401

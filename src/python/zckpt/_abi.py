@@ -1,12 +1,13 @@
-"""Refuses zckpt._C under a torch it was not built for (_ext.py asks before importing it: at
-the first call that needs it; `import zckpt` and the torch-free `_core` are not concerned).
+"""Refuses zckpt._C under a torch it was not built for (_ext.py asks before importing it).
 
-zckpt._C and libzckpt link LibTorch's C++ libraries, whose ABI holds only within one torch
+zckpt._C is built for the test suite only (the same calls on LibTorch's C++ API, which the tests
+hold the package's torch-free paths against); no call of the package uses it, and it is never
+installed. It and libzckpt link LibTorch's C++ libraries, whose ABI holds only within one torch
 release line: under another one they fail to load with an undefined symbol, or load and
 misread torch's objects. The rule (as for any torch C++ extension): the same torch
 major.minor, the same flavour (CPU, or CUDA of the same major version: the libcudart soname
 the build linked), and the same C++11 ABI flag as the torch zckpt was built against
-(_build_info.py, written at build time). Patch releases of torch are compatible.
+(_torch_build.py, written at build time). Patch releases of torch are compatible.
 """
 import re
 
@@ -45,13 +46,13 @@ def check_torch():
     """Raises ImportError naming both torches when the imported torch is not one zckpt runs under."""
     import torch
 
-    from . import _build_info as b
+    from . import _build_info, _torch_build as b
 
     running = (torch.__version__, torch.version.cuda or "", getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None))
     why = incompatibility((b.TORCH_VERSION, b.TORCH_CUDA, b.TORCH_CXX11_ABI), running)
     if why:
         raise ImportError(
-            f"zckpt {b.VERSION} was built for torch {b.TORCH_VERSION} ({flavour(b.TORCH_CUDA)}) and cannot run "
+            f"zckpt {_build_info.VERSION}'s _C was built for torch {b.TORCH_VERSION} ({flavour(b.TORCH_CUDA)}) and cannot run "
             f"under torch {torch.__version__} ({flavour(running[1])}) from {torch.__file__}: {why}. "
             f"zckpt loads only under the torch major.minor and CPU/CUDA flavour it was compiled against; "
             f"{REBUILD_HINT}")

@@ -23,7 +23,7 @@ otherwise (strided boxes, other dtypes; zckpt/_regions.py). A corrupt chunk fail
 the storage, its tensors and the byte range.
 
 Both directions run on the torch-free `zckpt._core` and torch's Python API only, so this module
-works under every torch 2.x the package supports, not only the one `zckpt._C` was built for.
+works under every torch 2.x the package supports.
 
 Folders written by DCP's own `FileSystemWriter` (`*.distcp`) become this layout with
 `zckpt convert DIR -o OUT` (no Python, no torch), and go back byte for byte with
