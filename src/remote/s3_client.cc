@@ -1,6 +1,7 @@
 #include "remote/s3_client.h"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -33,6 +34,33 @@ struct ThreadHandle {
     if (h) curl_easy_cleanup(h);
   }
 };
+
+// The CA certificates HTTPS is checked against: the file a user names (the first of these
+// variables set), else libcurl's compiled-in bundle (Debian's libcurl has one), else the first of
+// kCaBundles that exists. The wheel's static libcurl is built without one, since the path differs
+// by distribution.
+constexpr const char* kCaBundleVariables[] = {"ZCKPT_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"};
+constexpr const char* kCaBundles[] = {
+    "/etc/ssl/certs/ca-certificates.crt",  // Debian, Ubuntu, Arch
+    "/etc/pki/tls/certs/ca-bundle.crt",    // RHEL, Fedora, Amazon Linux
+    "/etc/ssl/ca-bundle.pem",              // SUSE
+    "/etc/pki/tls/cacert.pem",             // OpenELEC
+    "/etc/ssl/cert.pem",                   // Alpine, macOS-style layouts
+};
+
+// The bundle to give CURLOPT_CAINFO; "" to leave libcurl's own.
+const std::string& CaBundle(CURL* h) {
+  static const std::string bundle = [h] {
+    for (const char* var : kCaBundleVariables)
+      if (const char* v = std::getenv(var); v && *v) return std::string(v);
+    char* builtin = nullptr;
+    if (curl_easy_getinfo(h, CURLINFO_CAINFO, &builtin) == CURLE_OK && builtin && *builtin) return std::string();
+    for (const char* path : kCaBundles)
+      if (access(path, R_OK) == 0) return std::string(path);
+    return std::string();
+  }();
+  return bundle;
+}
 
 CURL* Handle() {
   thread_local ThreadHandle t;
@@ -228,6 +256,7 @@ Response S3Client::Perform(const Request& r) const {
   std::string url = Url(r.bucket, r.key, r.query);
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  if (const std::string& ca = CaBundle(h); !ca.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, ca.c_str());
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, config_.connect_timeout_s);
   // A server that stops sending: under 1 byte/s for timeout_s fails the attempt (no hang).
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
