@@ -68,7 +68,7 @@ if [ "${ZCKPT_VLLM_DEPS_ONLY:-0}" != 1 ]; then
   stamp=$( (git ls-files -co --exclude-standard -- src include tools/zckpt tools/build meson.build \
               meson_options.txt pyproject.toml '*/meson.build' | sort -u | xargs -r sha1sum) | sha1sum | cut -d' ' -f1)
   if [ "$(cat "$VENV/.zckpt-stamp" 2>/dev/null)" != "$stamp" ]; then
-    log "building zckpt against torch $TORCH_VERSION into $VENV"
+    log "building zckpt (torch-free: it runs under this torch $TORCH_VERSION) into $VENV"
     "${PIP[@]}" --no-build-isolation --no-deps --force-reinstall \
       -Cbuild-dir="$VENV/zckpt-build" .
     echo "$stamp" >"$VENV/.zckpt-stamp"
