@@ -51,8 +51,11 @@ LoadBuffer::~LoadBuffer() {
   if (device_ < 0) {
     std::free(data_);
   } else if (data_) {
+    // Never throws: the runtime is loaded (the buffer came from it), and a failing call leaves
+    // the memory to the process's end rather than ending the process.
     const CudaRuntime& cuda = Cuda();
-    UseDevice(cuda, device_);
+    int current = -1;
+    if (cuda.GetDevice(&current) == kCudaSuccess && current != device_) (void)cuda.SetDevice(device_);
     (void)cuda.Free(data_);
   }
 }
