@@ -136,7 +136,23 @@ build_deps() {
       "$DEPS" "$(pkg-config --modversion nlohmann_json)" >"$DEPS/lib/pkgconfig/nlohmann_json.pc"
   echo "$PACKAGES" >"$DEPS/.ready"
 }
+# What building the libraries takes from Debian: apt-get source unpacks with dpkg-source (dpkg-dev),
+# mbedTLS builds with cmake, the others with make; Debian's nlohmann/json headers are copied.
+need_debian() {
+  local missing=() tool pkg
+  for tool in dpkg-source:dpkg-dev cmake:cmake make:make pkg-config:pkg-config; do
+    command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+  done
+  [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "build-wheel: needs Debian packages: ${missing[*]} (apt-get install ${missing[*]})" >&2; return 1
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  apt-get install -y -qq "${missing[@]}" >&2
+}
 if [ ! -f "$DEPS/.ready" ]; then
+  need_debian
   [ -n "$(ls -d "$CACHE"/src/curl-*/ 2>/dev/null)" ] || { log "fetching Debian sources: $PACKAGES"; fetch_sources; }
   log "static libraries for $TARGET into $DEPS"
   (build_deps)
