@@ -8,6 +8,7 @@
 
 #include "common/cuda_check.h"
 #include "common/cudart_loader.h"
+#include "loader/plan.h"
 #include "zckpt/error.h"
 #include "zckpt/load_ranges.h"
 
@@ -15,8 +16,6 @@ namespace zckpt {
 
 namespace {
 
-// Host buffers are aligned to the block size O_DIRECT needs.
-constexpr size_t kHostAlign = 4096;
 // Device memory is zeroed from a host page of zeros this large, one copy after another.
 constexpr size_t kZeroCopyBytes = 8u << 20;
 
@@ -34,9 +33,9 @@ const CudaRuntime& UseCudaDevice(int device) {
 }  // namespace
 
 LoadBuffer::LoadBuffer(uint64_t bytes, int device) : bytes_(bytes), device_(device) {
-  if (device < 0) {
-    const size_t rounded = (bytes + kHostAlign - 1) / kHostAlign * kHostAlign;
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(kHostAlign, rounded ? rounded : kHostAlign));
+  if (device < 0) {  // aligned for O_DIRECT reads straight into it
+    const size_t rounded = (bytes + loader::kDirectIoAlign - 1) / loader::kDirectIoAlign * loader::kDirectIoAlign;
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(loader::kDirectIoAlign, rounded ? rounded : loader::kDirectIoAlign));
     if (!data_) throw Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
     return;
   }
