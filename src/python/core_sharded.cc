@@ -1,12 +1,8 @@
-// zckpt._core, the parts sharded checkpoints stand on, torch-free. For torch.distributed.checkpoint's
-// storage layer (zckpt/dcp.py): a container writer fed host bytes by address (zckpt/_writer.py
-// copies device and non-contiguous tensors out in pieces), `.metadata` and BytesIO vetting by
-// zckpt's interpreter, and the object-pickle check a region load makes (zckpt/_regions.py reads
-// the boxes through Checkpoint.load_ranges_host). For zckpt/reshard.py: MergeCheckpoint and the
-// FSDP1 flat-optimizer layout. Registered from core_module.cc's PYBIND11_MODULE.
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
+// The calls sharded checkpoints stand on, torch-free. For torch.distributed.checkpoint's storage
+// layer (zckpt/dcp.py): a container writer fed host bytes by address (zckpt/_writer.py copies
+// device and non-contiguous tensors out in pieces), `.metadata` and BytesIO vetting by zckpt's
+// interpreter, and the object-pickle check a region load makes (zckpt/_regions.py reads the boxes
+// through load_ranges). For zckpt/reshard.py: MergeCheckpoint and the FSDP1 flat-optimizer layout.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,7 +16,7 @@
 #include "checkpoint/storage_stream.h"
 #include "common/shape.h"
 #include "pickle/dcp_metadata.h"
-#include "python/core_functions.h"
+#include "python/core_calls.h"
 #include "zckpt/container.h"
 #include "zckpt/container_writer.h"
 #include "zckpt/dtype.h"
@@ -30,199 +26,170 @@
 namespace zckpt::python {
 namespace {
 
-// Host memory the caller owns and keeps alive for the call, as a byte span.
-std::span<const uint8_t> HostBytes(uintptr_t address, uint64_t bytes) {
-  if (bytes != 0 && address == 0)
-    throw Error(ErrorKind::kInvalidArgument, "a null address for " + std::to_string(bytes) + " bytes");
-  return {reinterpret_cast<const uint8_t*>(address), static_cast<size_t>(bytes)};
+// Host memory the caller owns and keeps alive for the call ("address", "bytes"), as a byte span.
+std::span<const uint8_t> HostBytes(const Json& args) {
+  std::string_view v = AddressBytes(args.at("address").get<uint64_t>(), args.at("bytes").get<uint64_t>());
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size()};
 }
 
-// A ContainerWriter driven from Python with host bytes. A tensor is one storage `key` holding its
-// elements in row-major order and a record `name` viewing all of it; `dtype` is zckpt's name of
-// it (torch's, zckpt/_into_host.py:dtype_name), `location` the device it was saved from. Every
-// call that writes releases the GIL.
-class PyContainerWriter {
- public:
-  PyContainerWriter(const std::string& path, uint64_t chunk_bytes, int zstd_level, unsigned threads) {
-    WriterOptions o;
-    if (chunk_bytes) o.chunk_bytes = chunk_bytes;
-    o.zstd_level = zstd_level;
-    o.threads = threads;
-    writer_ = std::make_unique<ContainerWriter>(path, o);
-  }
+using Strings = std::vector<std::string>;
 
-  // A contiguous host tensor whole: `bytes` at `address`.
-  void AddTensor(const std::string& key, const std::string& name, const std::string& dtype,
-                 const std::vector<int64_t>& shape, uintptr_t address, uint64_t bytes, const std::string& extra,
-                 const std::string& location) {
-    NewTensor t = Record(name, dtype, shape, bytes, extra);
-    std::span<const uint8_t> data = HostBytes(address, bytes);
-    {
-      py::gil_scoped_release release;
-      t.storage = writer_->AddStorage(NewStorage{key, location, t.dtype, false}, data);
-    }
-    writer_->AddTensor(t);
-  }
-
-  // A tensor in pieces: begin_tensor, append_bytes until `bytes` are given, end_tensor. One at a
-  // time, no blob in between (ContainerWriter::BeginStorage).
-  void BeginTensor(const std::string& key, const std::string& name, const std::string& dtype,
-                   const std::vector<int64_t>& shape, uint64_t bytes, const std::string& extra,
-                   const std::string& location) {
-    NewTensor t = Record(name, dtype, shape, bytes, extra);
-    t.storage = writer_->BeginStorage(NewStorage{key, location, t.dtype, false}, bytes);
-    writer_->AddTensor(t);
-  }
-
-  void AppendBytes(uintptr_t address, uint64_t bytes) {
-    std::span<const uint8_t> data = HostBytes(address, bytes);
-    py::gil_scoped_release release;
-    writer_->AppendStorage(data);
-  }
-
-  void EndTensor() {
-    py::gil_scoped_release release;
-    writer_->EndStorage();
-  }
-
-  void AddBlob(const std::string& name, const py::bytes& data) {
-    std::string_view v = data;  // pybind11: a view of the bytes object, which `data` keeps alive
-    py::gil_scoped_release release;
-    writer_->AddBlob(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size()});
-  }
-
-  void SetMetadata(const std::string& key, const std::string& value) { writer_->SetMetadata(key, value); }
-
-  py::dict Commit() {
-    WriterStats s;
-    {
-      py::gil_scoped_release release;
-      s = writer_->Commit();
-    }
-    py::dict out;
-    out["storages"] = s.storages;
-    out["chunks"] = s.chunks;
-    out["raw_bytes"] = s.raw_bytes;
-    out["file_bytes"] = s.file_bytes;
-    return out;
-  }
-
- private:
-  // The record of a contiguous tensor; its byte count must be the shape's (a caller's slip would
-  // otherwise surface only at Commit).
-  static NewTensor Record(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
-                          uint64_t bytes, const std::string& extra) {
-    std::optional<DType> code = DTypeFromName(dtype);
-    if (!code) throw Error(ErrorKind::kUnsupported, "dtype " + dtype + " has no zckpt dtype code");
-    uint64_t numel = 1;
-    for (int64_t d : shape) {
-      if (d < 0) throw Error(ErrorKind::kInvalidArgument, "tensor '" + name + "': a negative dimension");
-      numel *= static_cast<uint64_t>(d);
-    }
-    if (numel * DTypeSize(*code) != bytes)
-      throw Error(ErrorKind::kInvalidArgument, "tensor '" + name + "': " + std::to_string(bytes) + " bytes for " +
-                                                   std::to_string(numel) + " elements of " + dtype);
-    NewTensor t;
-    t.name = name;
-    t.dtype = *code;
-    t.shape = shape;
-    t.stride = ContiguousStrides(shape);
-    t.extra = extra;
-    return t;
-  }
-
-  std::unique_ptr<ContainerWriter> writer_;
-};
-
-// Reads `.metadata` bytes with zckpt's interpreter (nothing runs): raises UnsafeError for a
-// global outside DCP's metadata classes, CorruptError when it is not DCP metadata. Returns the
-// number of (items, storage entries).
-std::pair<size_t, size_t> CheckDcpMetadata(const py::bytes& data, const std::string& what) {
-  std::string_view v = data;
-  pickle::DcpMetadata md = pickle::ReadDcpMetadata({reinterpret_cast<const uint8_t*>(v.data()), v.size()}, what);
-  return {md.items.size(), md.storage.size()};
+// A ContainerWriter driven from Python with host bytes, one call at a time. A tensor is one
+// storage "key" holding its elements in row-major order and a record "name" viewing all of it;
+// "dtype" is zckpt's name of it (torch's, zckpt/_writer.py), "location" the device it was saved
+// from. {"writer": handle}.
+Json WriterOpen(const Json& args, Reply&) {
+  WriterOptions o;
+  if (auto chunk = args.at("chunk_bytes").get<uint64_t>()) o.chunk_bytes = chunk;
+  o.zstd_level = args.at("zstd_level").get<int>();
+  o.threads = args.at("threads").get<unsigned>();
+  return TheHandles().Keep(std::make_shared<ContainerWriter>(args.at("path").get<std::string>(), o));
 }
 
-// The blobs `names` of a container, each checked against its XXH3 and vetted as a torch.save
+std::shared_ptr<ContainerWriter> Writer(const Json& args) { return TheHandles().Get<ContainerWriter>(args.at("writer")); }
+
+// The record of a contiguous tensor; its byte count must be the shape's (a caller's slip would
+// otherwise surface only at Commit).
+NewTensor Record(const Json& args) {
+  auto name = args.at("name").get<std::string>();
+  auto dtype = args.at("dtype").get<std::string>();
+  auto shape = args.at("shape").get<std::vector<int64_t>>();
+  auto bytes = args.at("bytes").get<uint64_t>();
+  std::optional<DType> code = DTypeFromName(dtype);
+  if (!code) throw Error(ErrorKind::kUnsupported, "dtype " + dtype + " has no zckpt dtype code");
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw Error(ErrorKind::kInvalidArgument, "tensor '" + name + "': a negative dimension");
+    numel *= static_cast<uint64_t>(d);
+  }
+  if (numel * DTypeSize(*code) != bytes)
+    throw Error(ErrorKind::kInvalidArgument, "tensor '" + name + "': " + std::to_string(bytes) + " bytes for " +
+                                                 std::to_string(numel) + " elements of " + dtype);
+  NewTensor t;
+  t.name = name;
+  t.dtype = *code;
+  t.shape = shape;
+  t.stride = ContiguousStrides(shape);
+  t.extra = args.at("extra").get<std::string>();
+  return t;
+}
+
+NewStorage Storage(const Json& args, DType dtype) {
+  return NewStorage{args.at("key").get<std::string>(), args.at("location").get<std::string>(), dtype, false};
+}
+
+// A contiguous host tensor whole: "bytes" at "address".
+Json WriterAddTensor(const Json& args, Reply&) {
+  auto writer = Writer(args);
+  NewTensor t = Record(args);
+  t.storage = writer->AddStorage(Storage(args, t.dtype), HostBytes(args));
+  writer->AddTensor(t);
+  return nullptr;
+}
+
+// A tensor in pieces: writer_begin_tensor, writer_append_bytes until "bytes" are given,
+// writer_end_tensor. One at a time, no blob in between (ContainerWriter::BeginStorage).
+Json WriterBeginTensor(const Json& args, Reply&) {
+  auto writer = Writer(args);
+  NewTensor t = Record(args);
+  t.storage = writer->BeginStorage(Storage(args, t.dtype), args.at("bytes").get<uint64_t>());
+  writer->AddTensor(t);
+  return nullptr;
+}
+
+Json WriterAppendBytes(const Json& args, Reply&) {
+  Writer(args)->AppendStorage(HostBytes(args));
+  return nullptr;
+}
+
+Json WriterEndTensor(const Json& args, Reply&) {
+  Writer(args)->EndStorage();
+  return nullptr;
+}
+
+Json WriterAddBlob(const Json& args, Reply&) {
+  std::string_view data = ArgBytes(args.at("data"));
+  Writer(args)->AddBlob(args.at("name").get<std::string>(), {reinterpret_cast<const uint8_t*>(data.data()), data.size()});
+  return nullptr;
+}
+
+Json WriterSetMetadata(const Json& args, Reply&) {
+  Writer(args)->SetMetadata(args.at("key").get<std::string>(), args.at("value").get<std::string>());
+  return nullptr;
+}
+
+Json WriterCommit(const Json& args, Reply&) {
+  WriterStats s = Writer(args)->Commit();
+  return Json{{"storages", s.storages}, {"chunks", s.chunks}, {"raw_bytes", s.raw_bytes}, {"file_bytes", s.file_bytes}};
+}
+
+// Reads `.metadata` bytes with zckpt's interpreter (nothing runs): kUnsafe for a global outside
+// DCP's metadata classes, kCorrupt when it is not DCP metadata. Returns [items, storage entries].
+Json CheckDcpMetadata(const Json& args, Reply&) {
+  std::string_view v = ArgBytes(args.at("data"));
+  pickle::DcpMetadata md = pickle::ReadDcpMetadata({reinterpret_cast<const uint8_t*>(v.data()), v.size()},
+                                                   args.at("what").get<std::string>());
+  return Json::array({md.items.size(), md.storage.size()});
+}
+
+// The blobs "names" of a container, each checked against its XXH3 and vetted as a torch.save
 // archive by zckpt's interpreter (DCP's planner unpickles them with weights_only=False).
-std::vector<py::bytes> ReadDcpBlobs(const std::string& path, const std::vector<std::string>& names,
-                                    const std::vector<std::string>& allow_globals) {
+Json ReadDcpBlobs(const Json& args, Reply& reply) {
+  auto path = args.at("path").get<std::string>();
   checkpoint::PickleReadOptions read;  // DCP's planner unpickles them next: the allowlist
-  read.allow_globals = allow_globals;
-  std::vector<std::vector<uint8_t>> blobs;
-  {
-    // Without the GIL while reading (an object's ranged GETs): other Python threads run on.
-    py::gil_scoped_release release;
-    auto c = Container::Open(path);
-    for (const std::string& name : names) {
-      auto bytes = checkpoint::CheckedBlob(*c, name, "the folder's .metadata");
-      dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
-      blobs.push_back(std::move(bytes));
-    }
+  read.allow_globals = args.at("allow_globals").get<Strings>();
+  auto c = Container::Open(path);
+  Json out = Json::array();
+  for (const auto& name : args.at("names").get<Strings>()) {
+    auto bytes = checkpoint::CheckedBlob(*c, name, "the folder's .metadata");
+    dcp::VetTorchSaveBytes(bytes, path + " blob '" + name + "'", read);
+    out.push_back(reply.Bytes(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
   }
-  std::vector<py::bytes> out;
-  for (const auto& bytes : blobs) out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return out;
 }
 
 // A region load reads raw bytes only, yet a container with an object pickle must hold one that
 // zckpt's interpreter accepts and that agrees with the index, as for every other load (none in
 // DCP's own containers: nothing to check there).
-void CheckObjectPickle(const Container& c, const std::vector<std::string>& allow_globals) {
+Json CheckObjectPickle(const Json& args, Reply&) {
   checkpoint::PickleReadOptions read;
-  read.allow_globals = allow_globals;
-  py::gil_scoped_release release;
-  (void)checkpoint::ReadObjectPickle(c, read);
+  read.allow_globals = args.at("allow_globals").get<Strings>();
+  (void)checkpoint::ReadObjectPickle(*HeldContainer(args), read);
+  return nullptr;
 }
 
-py::dict Merge(const std::string& dir, const std::string& out, const std::string& files, const std::string& keys) {
+Json Merge(const Json& args, Reply&) {
   MergeOptions o;
-  o.files = files;
-  o.keys = keys;
-  MergeStats s;
-  {
-    py::gil_scoped_release release;
-    s = MergeCheckpoint(dir, out, o);
-  }
-  py::dict d;
-  d["layout"] = s.layout;
-  d["tensors"] = s.tensors;
-  d["bytes"] = s.bytes;
-  d["largest_tensor"] = s.largest_tensor;
-  d["written"] = s.written;
-  return d;
+  o.files = args.at("files").get<std::string>();
+  o.keys = args.at("keys").get<std::string>();
+  MergeStats s = MergeCheckpoint(args.at("dir").get<std::string>(), args.at("out").get<std::string>(), o);
+  return Json{{"layout", s.layout}, {"tensors", s.tensors}, {"bytes", s.bytes}, {"largest_tensor", s.largest_tensor},
+              {"written", s.written}};
 }
 
-// FSDP1 flat optimizer files' FlatParameter layout as JSON ("" when they are not such files).
-std::string Fsdp1Layout(const std::string& dir, const std::string& files) {
+// FSDP1 flat optimizer files' FlatParameter layout as JSON text ("" when they are not such files).
+Json Fsdp1Layout(const Json& args, Reply&) {
   MergeOptions o;
-  o.files = files;
-  py::gil_scoped_release release;
-  return Fsdp1OptimLayout(dir, o);
+  o.files = args.at("files").get<std::string>();
+  return Fsdp1OptimLayout(args.at("dir").get<std::string>(), o);
 }
 
 }  // namespace
 
-void BindSharded(py::module_& m) {
-  py::class_<PyContainerWriter>(m, "ContainerWriter", py::module_local())
-      .def(py::init<const std::string&, uint64_t, int, unsigned>(), py::arg("path"), py::arg("chunk_bytes") = 0,
-           py::arg("zstd_level") = 0, py::arg("threads") = 0)
-      .def("add_tensor", &PyContainerWriter::AddTensor, py::arg("key"), py::arg("name"), py::arg("dtype"),
-           py::arg("shape"), py::arg("address"), py::arg("bytes"), py::arg("extra") = "", py::arg("location") = "cpu")
-      .def("begin_tensor", &PyContainerWriter::BeginTensor, py::arg("key"), py::arg("name"), py::arg("dtype"),
-           py::arg("shape"), py::arg("bytes"), py::arg("extra") = "", py::arg("location") = "cpu")
-      .def("append_bytes", &PyContainerWriter::AppendBytes, py::arg("address"), py::arg("bytes"))
-      .def("end_tensor", &PyContainerWriter::EndTensor)
-      .def("add_blob", &PyContainerWriter::AddBlob, py::arg("name"), py::arg("data"))
-      .def("set_metadata", &PyContainerWriter::SetMetadata, py::arg("key"), py::arg("value"))
-      .def("commit", &PyContainerWriter::Commit);
-  m.def("check_dcp_metadata", &CheckDcpMetadata, py::arg("data"), py::arg("what"));
-  m.def("read_dcp_blobs", &ReadDcpBlobs, py::arg("path"), py::arg("names"),
-        py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("check_object_pickle", &CheckObjectPickle, py::arg("checkpoint"),
-        py::arg("allow_globals") = std::vector<std::string>{});
-  m.def("fsdp1_layout", &Fsdp1Layout, py::arg("dir"), py::arg("files"));
-  m.def("merge", &Merge, py::arg("dir"), py::arg("out"), py::arg("files") = "model", py::arg("keys") = "");
+void AddShardedCalls(CallTable& calls) {
+  calls["writer_open"] = WriterOpen;
+  calls["writer_add_tensor"] = WriterAddTensor;
+  calls["writer_begin_tensor"] = WriterBeginTensor;
+  calls["writer_append_bytes"] = WriterAppendBytes;
+  calls["writer_end_tensor"] = WriterEndTensor;
+  calls["writer_add_blob"] = WriterAddBlob;
+  calls["writer_set_metadata"] = WriterSetMetadata;
+  calls["writer_commit"] = WriterCommit;
+  calls["check_dcp_metadata"] = CheckDcpMetadata;
+  calls["read_dcp_blobs"] = ReadDcpBlobs;
+  calls["check_object_pickle"] = CheckObjectPickle;
+  calls["merge"] = Merge;
+  calls["fsdp1_layout"] = Fsdp1Layout;
 }
 
 }  // namespace zckpt::python

@@ -4,7 +4,7 @@
 // through torch's type casters exactly as in a torch C++ extension. Every call that streams data
 // releases the GIL. zckpt::Error becomes zckpt.ZckptError (CorruptError, UnsafeError, and
 // OutOfMemoryError, also a torch.OutOfMemoryError, for those kinds), carrying the C++ message
-// and, as attributes, the Error's place (PlaceFields, core_functions.h). What needs no torch
+// and, as attributes, the Error's place (PlaceJson, core_calls.h). What needs no torch
 // (describe, convert, verify, ...) is core_functions.cc's, bound here and in zckpt._core alike.
 #include <torch/csrc/utils/pybind.h>
 

