@@ -79,8 +79,10 @@ CudaMemory ReadCudaMemory(int device);
 // torch: a storage of raw chunks laid end to end aliases the file's copy-on-write mapping (no
 // byte read until touched), any other (zstd chunks) is decoded and checked into a LoadBuffer.
 // With `verify`, every aliased chunk is hashed where it lies, on `threads` threads, before the
-// constructor returns (kCorrupt naming file, storage, tensors and byte range). The mapping stays
-// while this object lives. kInvalidArgument for a container in object storage.
+// constructor returns (kCorrupt naming file, storage, tensors and byte range). Each storage's
+// bytes stay while this object or that storage's keeper() lives: views of one storage need not
+// keep the others (a decoded storage's memory goes with its last view). kInvalidArgument for a
+// container in object storage.
 class MappedStorages {
  public:
   MappedStorages(const Container& c, bool verify, unsigned threads);
@@ -89,6 +91,9 @@ class MappedStorages {
   MappedStorages& operator=(const MappedStorages&) = delete;
   // Storage `storage`'s raw bytes (raw_bytes of them).
   uint8_t* data(uint32_t storage) const;
+  // What keeps data(storage) valid after this object is gone: the file's mapping for a storage
+  // aliasing it, the storage's own buffer for a decoded one.
+  std::shared_ptr<const void> keeper(uint32_t storage) const;
   uint64_t mapped_bytes() const;   // bytes aliasing the file
   uint64_t decoded_bytes() const;  // bytes decoded into memory of their own
 

@@ -78,21 +78,21 @@ Json VerifyChunks(const Json& args, Reply&) {
 }
 
 // MappedStorages (raw chunks laid end to end alias the file, zstd chunks are decoded and checked;
-// with verify, every mapped chunk is hashed where it lies first, on "threads" threads), kept
-// while the handle is: {"mapping": handle, "storages": [[key, address, bytes]] in file order}.
-// The Python side's views of those bytes hold the handle, as torch.load(mmap=True)'s tensors
-// hold the file.
+// with verify, every mapped chunk is hashed where it lies first, on "threads" threads):
+// [[key, address, bytes, keeper handle]] per storage in file order. A storage's bytes stay while
+// its keeper is held (the file's mapping, or the storage's own decoded buffer): the Python side's
+// views of each storage hold its keeper, as torch.load(mmap=True)'s tensors hold the file.
 Json MapStorages(const Json& args, Reply&) {
   std::shared_ptr<Container> c = HeldContainer(args);
   auto threads = Optional<unsigned>(args, "threads");
-  auto mapped = std::make_shared<const MappedStorages>(*c, args.at("verify").get<bool>(),
-                                                       threads.value_or(DefaultReaderThreads()));
+  MappedStorages mapped(*c, args.at("verify").get<bool>(), threads.value_or(DefaultReaderThreads()));
   Json storages = Json::array();
   for (uint32_t s = 0; s < c->storage_count(); ++s) {
     StorageInfo info = c->storage(s);
-    storages.push_back(Json::array({std::string(info.key), reinterpret_cast<uintptr_t>(mapped->data(s)), info.raw_bytes}));
+    storages.push_back(Json::array({std::string(info.key), reinterpret_cast<uintptr_t>(mapped.data(s)), info.raw_bytes,
+                                    TheHandles().Keep(mapped.keeper(s))}));
   }
-  return Json{{"mapping", TheHandles().Keep(std::move(mapped))}, {"storages", storages}};
+  return storages;
 }
 
 // [path, version] of the CUDA runtime CUDA loads use (loaded now if it is not yet): torch's

@@ -20,6 +20,7 @@
 #include "test_util.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
+#include "zckpt/load_ranges.h"
 #include "zckpt/loader.h"
 #include "zckpt/memory_stats.h"
 
@@ -116,6 +117,37 @@ TEST(Map, CompressedStoragesAreDecoded) {
   EXPECT_EQ(m.stats.mapped_bytes, 4000u);
   EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("z")) == f.bytes("z"));
   EXPECT_TRUE(testing::BytesOf(m.storages_by_key.at("sr")) == f.bytes("sr"));
+}
+
+// Each storage's bytes are kept by what they need alone: the file's mapping for an aliased storage,
+// its own buffer for a decoded one, so views of one never keep another's memory.
+TEST(Map, EachStorageKeepsOnlyItsOwnBytes) {
+  testing::TempDir dir;
+  Fixture f;
+  f.AddStorage("z", testing::CompressibleBytes(100000, 1), DType::kFloat32);
+  f.AddTensor("z", 0, DType::kFloat32, {25000}, {1});
+  f.AddContiguous("r", DType::kFloat32, {1000}, 2);
+  std::string path = f.WriteIn(dir, "z.zckpt", SmallChunks(4096, 3));
+  auto c = Container::Open(path);
+  const size_t opened = MappingsOf(path).size();  // the container's own (its index)
+  std::shared_ptr<const void> decoded, raw;
+  {
+    MappedStorages m(*c, true, 2);
+    for (uint32_t s = 0; s < c->storage_count(); ++s) (c->storage(s).key == "z" ? decoded : raw) = m.keeper(s);
+    ASSERT_TRUE(decoded && raw);
+    EXPECT_NE(decoded, raw);
+  }
+  EXPECT_EQ(decoded.use_count(), 1) << "the decoded storage is held by something else";
+  EXPECT_GT(MappingsOf(path).size(), opened) << "the aliased storage's keeper does not hold the mapping";
+  raw.reset();
+  EXPECT_EQ(MappingsOf(path).size(), opened) << "the decoded storage's keeper holds the mapping";
+  // Map's tensors the same way: the decoded one alone keeps no mapping.
+  MapResult m = Map(*c);
+  at::Tensor z = m.storages_by_key.at("z");
+  EXPECT_GT(MappingsOf(path).size(), opened);
+  m = MapResult();
+  EXPECT_EQ(MappingsOf(path).size(), opened);
+  EXPECT_TRUE(testing::BytesOf(z) == f.bytes("z"));
 }
 
 TEST(Map, QuantizedTensorsRefusedButTheirStoragesMap) {

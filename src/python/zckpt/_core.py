@@ -181,11 +181,11 @@ class Checkpoint:
         self._call("verify_chunks", threads=threads)
 
     def map_storages(self, verify=False, threads=None):
-        """key -> the storage's bytes in the file's mapping (zstd ones decoded), alive while any
-        view of any of them is; with verify every chunk is hashed where it lies first."""
+        """key -> the storage's bytes in the file's mapping (zstd ones decoded into memory of
+        their own), each alive while a view of it is; with verify every chunk is hashed where it
+        lies first."""
         made = self._call("map_storages", verify=bool(verify), threads=threads)
-        owner = _Held(made["mapping"])
-        return {key: _view(address, n, owner) for key, address, n in made["storages"]}
+        return {key: _view(address, n, _Held(keeper)) for key, address, n, keeper in made}
 
 
 def open(path):  # noqa: A001 (the module's name for it)
