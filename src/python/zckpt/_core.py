@@ -105,7 +105,7 @@ def _error(e):
 
 
 class _Held:
-    """An object the core keeps for us, let go when this is collected (or at exit)."""
+    """An object the core keeps for us, let go when this is collected."""
 
     __slots__ = ("handle", "__weakref__")
 
