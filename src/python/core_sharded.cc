@@ -21,6 +21,7 @@
 #include "zckpt/container_writer.h"
 #include "zckpt/dtype.h"
 #include "zckpt/error.h"
+#include "zckpt/load_ranges.h"
 #include "zckpt/merge.h"
 
 namespace zckpt::python {
@@ -150,11 +151,9 @@ Json ReadDcpBlobs(const Json& args, Reply& reply) {
 
 // A region load reads raw bytes only, yet a container with an object pickle must hold one that
 // zckpt's interpreter accepts and that agrees with the index, as for every other load (none in
-// DCP's own containers: nothing to check there).
-Json CheckObjectPickle(const Json& args, Reply&) {
-  checkpoint::PickleReadOptions read;
-  read.allow_globals = args.at("allow_globals").get<Strings>();
-  (void)checkpoint::ReadObjectPickle(*HeldContainer(args), read);
+// DCP's own containers: nothing to check there): zckpt::CheckObjectPickle (load_ranges.h).
+Json CheckObjectPickleCall(const Json& args, Reply&) {
+  CheckObjectPickle(*HeldContainer(args), args.at("allow_globals").get<Strings>());
   return nullptr;
 }
 
@@ -187,7 +186,7 @@ void AddShardedCalls(CallTable& calls) {
   calls["writer_commit"] = WriterCommit;
   calls["check_dcp_metadata"] = CheckDcpMetadata;
   calls["read_dcp_blobs"] = ReadDcpBlobs;
-  calls["check_object_pickle"] = CheckObjectPickle;
+  calls["check_object_pickle"] = CheckObjectPickleCall;
   calls["merge"] = Merge;
   calls["fsdp1_layout"] = Fsdp1Layout;
 }
