@@ -45,20 +45,62 @@ std::optional<FlatStates> FlatStatesOf(const std::vector<Record>& records) {
   return out;
 }
 
-// The model's parameters in state-dict order: the ShardedTensors of rank 0's model file
-// (plain tensors there are buffers: FSDP1's SHARDED_STATE_DICT shards every parameter).
+// Whether a tensor of this dtype can be a trained parameter (floating or complex): integer and
+// bool tensors in a model file are buffers.
+bool CanBeParameter(DType d) {
+  switch (d) {
+    case DType::kFloat16: case DType::kBFloat16: case DType::kFloat32: case DType::kFloat64:
+    case DType::kComplex32: case DType::kComplex64: case DType::kComplex128:
+    case DType::kFloat8_e4m3fn: case DType::kFloat8_e5m2: case DType::kFloat8_e4m3fnuz: case DType::kFloat8_e5m2fnuz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The model's parameters in state-dict order. Above one rank they are the ShardedTensors of
+// rank 0's model file (plain tensors there are buffers: FSDP1's SHARDED_STATE_DICT shards every
+// parameter). At one rank FSDP1 runs NO_SHARD, whose SHARDED_STATE_DICT is the full state dict
+// of plain tensors: every floating one is taken as a parameter. A floating buffer taken so
+// makes its unit's size differ from every FlatParameter's, so no wrapping matches and the
+// layout is refused, never misplaced.
 std::vector<Fsdp1Param> ModelParams(const VerlFamily& model) {
   std::vector<Fsdp1Param> out;
   std::set<std::string> seen;
+  const bool no_shard = model.world == 1 && std::none_of(model.ranks[0].begin(), model.ranks[0].end(), [](const Record& r) {
+    return (r.flags & format::kTensorShardedLocal) != 0;
+  });
   for (const Record& r : model.ranks[0]) {
-    if (!(r.flags & format::kTensorShardedLocal)) continue;
-    std::string fqn = ShardedTensorName(r.name);
+    if (r.flags & format::kTensorInternal) continue;
+    std::string fqn;
+    std::vector<int64_t> shape;
+    if (no_shard) {
+      if (r.flags & format::kTensorDTensorLocal) return {};  // FSDP2's DTensors: no FlatParameters
+      if (!CanBeParameter(r.view.dtype)) continue;
+      fqn = r.name;
+      shape = r.view.shape;
+    } else {
+      if (!(r.flags & format::kTensorShardedLocal)) continue;
+      fqn = ShardedTensorName(r.name);
+      shape = ShardedGlobalShape(r);
+    }
     if (!seen.insert(fqn).second) continue;
-    Fsdp1Param p{fqn, ShardedGlobalShape(r), 0, 1};
+    Fsdp1Param p{fqn, std::move(shape), 0, 1};
     for (int64_t d : p.shape) p.numel *= d;
     out.push_back(std::move(p));
   }
   return out;
+}
+
+// Whether every entry of the files is 0-d or 1-D, as FlatParameter state is. At one rank,
+// use_orig_params=True keeps each original parameter's state in its own shape: nothing was
+// flattened, so there is no layout to undo.
+bool AllFlatOrScalar(const std::vector<FlatStates>& states) {
+  for (const FlatStates& s : states)
+    for (const auto& [index, entries] : s)
+      for (const auto& [key, rec] : entries)
+        if (rec->view.shape.size() > 1) return false;
+  return true;
 }
 
 // The FSDP units of one wrapping: the root, plus every child `<list>.<k>` of the module list
@@ -102,7 +144,8 @@ std::optional<Fsdp1Layout> FindFsdp1Layout(const std::string& dir, const VerlFam
   if (!HasVerlFamily(dir, "model")) return std::nullopt;
   VerlFamily model = ReadVerlFamily(dir, "model", options, ck);
   std::vector<Fsdp1Param> params = ModelParams(model);
-  if (params.empty()) return std::nullopt;  // no ShardedTensors: not FSDP1 at world size > 1
+  if (params.empty()) return std::nullopt;  // no ShardedTensors above one rank: not FSDP1
+  if (optim.world == 1 && !AllFlatOrScalar(states)) return std::nullopt;
   const std::string& opath = optim.paths[0];
   const std::string& mpath = model.paths[0];
   if (model.world != optim.world)
@@ -197,7 +240,11 @@ std::optional<Fsdp1Layout> FindFsdp1Layout(const std::string& dir, const VerlFam
                 opath + ": FSDP1 flat optimizer state of " + std::to_string(shards.size()) + " FlatParameters with shards of " +
                     Dims(shards) + " elements, but no FSDP1 wrapping of " + mpath + "'s " + std::to_string(params.size()) +
                     " parameters (the root module alone, or the root plus every child of one module list such as "
-                    "model.layers) gives those sizes: the files do not say where each parameter's moments lie; refusing "
+                    "model.layers) gives those sizes" +
+                    (optim.world == 1 ? std::string(" (at one rank FSDP1 saves plain tensors, each floating one taken as a "
+                                                    "parameter: a floating buffer there also prevents a match)")
+                                      : std::string()) +
+                    ": the files do not say where each parameter's moments lie; refusing "
                     "(save the optimizer with FSDP.optim_state_dict, or merge through DCP)");
   Fsdp1Layout layout = std::move(matches[0]);
   for (size_t i = 0; i < layout.flat_params.size(); ++i) {

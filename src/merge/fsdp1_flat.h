@@ -42,7 +42,9 @@ struct Fsdp1Layout {
 
 // The FlatParameter layout of `optim`, a family of FSDP1 flat optimizer state files, or nullopt
 // when it is not one (its tensors are not all plain `state.<i>.<k>`, or `dir` has no FSDP1
-// model files: ShardedTensors in model_world_size_W_rank_R). Error(kUnsupported) naming the
+// model files: ShardedTensors in model_world_size_W_rank_R, or at one rank, where FSDP1 runs
+// NO_SHARD and saves plain tensors, floating ones beside 1-D or 0-d optimizer entries only).
+// Error(kUnsupported) naming the
 // files when it is one but no wrapping of the model's parameters gives its shard sizes, or more
 // than one does, or the ranks' shards differ in length (per-parameter shards of
 // use_orig_params=True, which these files cannot place).

@@ -100,17 +100,19 @@ def test_fsdp1_reshard_to_one_rank_writes_plain_tensors_as_fsdp1_no_shard_saves(
     assert state.keys() == full.keys() and all(torch.equal(state[k], full[k]) for k in full)
 
 
-def test_fsdp1_merge_of_optim_equals_fsdp_full_optim_state_dict(saved, tmp_path):
-    src = f"{saved}/fsdp1/src"
-    full = torch.load(f"{saved}/fsdp1/full_state.pt", weights_only=False)["optim"]["state"]
+def _assert_merge_equals_full_optim(folder, full_state, tmp_path):
+    """`zckpt merge FOLDER --files optim` of the .pt files and of their conversion: each parameter's
+    moments as FSDP's full_optim_state_dict (in full_state) has them."""
+    full = torch.load(full_state, weights_only=False)["optim"]["state"]
     want = {f"state.{fqn}.{k}": v for fqn, entries in full.items() for k, v in entries.items()
             if isinstance(v, torch.Tensor)}
+    assert any(v.dim() > 1 for v in want.values())
     for source in ("pt", "zckpt"):
-        folder = src
+        src = folder
         if source == "zckpt":
-            assert run_cli("convert", src, "-o", tmp_path / "z").returncode == 0
-            folder = tmp_path / "z"
-        r = run_cli("merge", folder, "--files", "optim", "-o", tmp_path / f"optim_{source}.zckpt")
+            assert run_cli("convert", folder, "-o", tmp_path / "z").returncode == 0
+            src = tmp_path / "z"
+        r = run_cli("merge", src, "--files", "optim", "-o", tmp_path / f"optim_{source}.zckpt")
         assert r.returncode == 0, r.stderr
         assert "FSDP1 flat optimizer state" in r.stdout, r.stdout
         got = zckpt.load(tmp_path / f"optim_{source}.zckpt")
@@ -118,6 +120,60 @@ def test_fsdp1_merge_of_optim_equals_fsdp_full_optim_state_dict(saved, tmp_path)
         for k in want:
             assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
             assert torch.equal(got[k], want[k]), k
+
+
+def test_fsdp1_merge_of_optim_equals_fsdp_full_optim_state_dict(saved, tmp_path):
+    _assert_merge_equals_full_optim(f"{saved}/fsdp1/src", f"{saved}/fsdp1/full_state.pt", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def saved1(tmp_path_factory):
+    """The same training saved by one rank: FSDP1 runs NO_SHARD there, so verl's files hold the
+    plain full model state dict and the optimizer's whole FlatParameters."""
+    root = str(tmp_path_factory.mktemp("reshard1"))
+    _spawn("save", 1, root)
+    return root
+
+
+def test_fsdp1_merge_at_one_rank_beside_a_floating_buffer_is_refused(saved1, tmp_path):
+    # At one rank nothing marks parameters apart from floating buffers (TinyLM's `scale`): the
+    # buffer taken as a parameter fits no wrapping, so the merge refuses, naming the files,
+    # instead of misplacing moments or passing FlatParameter vectors on as `state.<i>.<k>`.
+    src = f"{saved1}/fsdp1/src"
+    state = torch.load(f"{src}/model_world_size_1_rank_0.pt", weights_only=True)
+    assert all(type(v) is torch.Tensor for v in state.values()), "FSDP1 at one rank saves plain tensors"
+    assert state["scale"].is_floating_point()
+    r = run_cli("merge", src, "--files", "optim", "-o", tmp_path / "o.zckpt")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "optim_world_size_1_rank_0.pt" in r.stderr and "model_world_size_1_rank_0.pt" in r.stderr, r.stderr
+    assert "no FSDP1 wrapping" in r.stderr and "floating buffer" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "o.zckpt")
+
+
+def test_fsdp1_merge_of_optim_at_one_rank_equals_fsdp_full_optim_state_dict(saved1, tmp_path):
+    # The same files of a model without floating buffers (as Llama's and Qwen's state dicts
+    # are: `scale` left out of the model file): each parameter's moments, as at two ranks.
+    folder = tmp_path / "no_buffer"
+    shutil.copytree(f"{saved1}/fsdp1/src", folder)
+    path = folder / "model_world_size_1_rank_0.pt"
+    state = torch.load(path, weights_only=True)
+    del state["scale"]
+    torch.save(state, path)
+    _assert_merge_equals_full_optim(folder, f"{saved1}/fsdp1/full_state.pt", tmp_path)
+
+
+def test_fsdp1_use_orig_params_at_one_rank_merges_each_parameter_state_as_saved(saved1, tmp_path):
+    # use_orig_params=True at one rank: each original parameter's moments in its own shape,
+    # nothing flattened; the merge gives the optimizer's state as it is.
+    src = f"{saved1}/fsdp1_orig/src"
+    osd = torch.load(f"{src}/optim_world_size_1_rank_0.pt", weights_only=False)["state"]
+    r = run_cli("merge", src, "--files", "optim", "-o", tmp_path / "o.zckpt")
+    assert r.returncode == 0, r.stderr
+    assert "FSDP1 flat optimizer state" not in r.stdout, r.stdout
+    got = zckpt.load(tmp_path / "o.zckpt")
+    want = {f"state.{i}.{k}": v for i, entries in osd.items() for k, v in entries.items() if isinstance(v, torch.Tensor)}
+    assert sorted(got) == sorted(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_fsdp1_optim_without_its_model_files_is_refused_not_taken_from_rank_0(saved, tmp_path):
