@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import zckpt
+import zckpt.verl
 
 VOCAB, DIM = 61, 24
 
@@ -152,23 +153,9 @@ def save_checkpoint(local_path, model, optimizer, scheduler, strategy, world_siz
             json.dump({"FSDP_version": 1 if strategy == "fsdp" else 2, "world_size": world_size}, f)
 
 
-def init_optimizer_state(optimizer):
-    """zckpt.load_into fills the optimizer's state tensors in place, so they must exist: a fresh
-    optimizer gets them from one step with zero gradients at lr 0 (what
-    torch.distributed.checkpoint does before loading an optimizer). Parameters with no elements
-    on this rank get no gradient from FSDP, hence no state."""
-    if optimizer.state:
-        return
-    lrs = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["lr"] = 0.0
-        for p in group["params"]:
-            if p.numel():
-                p.grad = torch.zeros_like(p)
-    optimizer.step()
-    for group, lr in zip(optimizer.param_groups, lrs):
-        group["lr"] = lr
-    optimizer.zero_grad(set_to_none=True)
+# zckpt.load_into fills the optimizer's state tensors in place, so a fresh optimizer needs them
+# first: zckpt.verl's zero-gradient step at lr 0 (what use_zckpt's resume does too).
+init_optimizer_state = zckpt.verl.make_optimizer_state
 
 
 def load_checkpoint(local_path, model, optimizer, scheduler, world_size, rank):
