@@ -14,7 +14,8 @@
 namespace zckpt {
 
 enum class ReadMethod {
-  kAuto,    // pread (measured fastest here for both the CPU and the pinned-ring path)
+  kAuto,    // pread: the fastest for both the CPU and the pinned-ring path (docs/benchmarks.md,
+            // "Loader defaults")
   kPread,   // pread(2) from a plain descriptor: page cache, no mapping to release
   kMmap,    // memcpy from the container's mapping, pages released behind the stream; a SIGBUS
             // from a file truncated meanwhile becomes Error(kIo) (common/fault_guard.h)
@@ -25,9 +26,9 @@ enum class ReadMethod {
 const char* ReadMethodName(ReadMethod method);  // "auto", "pread", "mmap", "direct"
 
 // Default reader threads: half the hardware threads, 2 to 8. One reader copies from the page
-// cache at roughly one core's memcpy speed (~5-10 GB/s), a PCIe 5 host-to-device copy runs at
-// ~50 GB/s, and fresh CPU destinations fault in faster from several threads; on the 2-core
-// development VM this is the 2 measured there.
+// cache at about one core's memcpy speed, several are needed to keep a host-to-device copy
+// busy, and fresh CPU destinations fault in faster from several threads; the other half of the
+// cores is left to the caller (docs/benchmarks.md, "Loader defaults").
 inline unsigned DefaultReaderThreads() {
   unsigned hw = std::thread::hardware_concurrency();
   return std::clamp(hw / 2, 2u, 8u);
@@ -73,13 +74,14 @@ struct LoadOptions {
   std::vector<std::string> allow_globals;
   ReadMethod method = ReadMethod::kAuto;
   // CPU destinations: read (or decode) the chunks of storages >= 64 KiB straight into the
-  // destination instead of a slot + memcpy. On by default (one copy less, ~2x faster measured);
-  // off forces every byte through the ring. Small storages are always packed into slots.
+  // destination instead of a slot + memcpy. On by default (one copy less; docs/benchmarks.md,
+  // "Loader defaults"); off forces every byte through the ring. Small storages are always
+  // packed into slots.
   bool cpu_read_into_destination = true;
   // With kAuto/kPread: bytes read straight into CPU destinations that are not in the page cache
   // (mincore) are read with O_DIRECT, eight 8 MiB reads in flight per reader thread, instead of
-  // buffered reads (which read ahead in small requests: ~3x slower cold here). Cached bytes are
-  // still copied from the page cache. Off: always through the page cache.
+  // buffered reads (which read ahead in small requests; docs/benchmarks.md, "Loader defaults").
+  // Cached bytes are still copied from the page cache. Off: always through the page cache.
   bool direct_when_uncached = true;
   // Called on the calling thread after each slot is delivered: raw bytes done, raw bytes total.
   std::function<void(uint64_t, uint64_t)> progress;

@@ -5,7 +5,8 @@
 // filled buffer to its destination while the next ones fill. Memory during a load is the
 // destination plus the ring plus the index, whatever the file size: a tensor may be far larger
 // than the ring. On the CPU path, the chunks of storages of 64 KiB or more are read (or decoded)
-// straight into the destination, no ring copy, which measured ~2x faster (src/loader/README.md).
+// straight into the destination, no ring copy (one copy less: docs/benchmarks.md, "Loader
+// defaults").
 // The CUDA path's pinned ring slots are kept for the next load in a per-process cache (up to
 // 256 MiB, ZCKPT_PINNED_CACHE_MB): page-locking and freeing pinned memory each synchronize the
 // device. A load to cuda:N leaves the caller's current device as torch's device guard does.

@@ -58,19 +58,30 @@ constexpr const char* kHelpTail =
 
 enum class Mode { kLoad, kInto, kMap };
 
-struct Report {
-  std::string device;
-  Mode mode = Mode::kLoad;
-  LoadStats stats;
+// What every mode reports: the bytes it made available, the time and CPU it took, the host
+// memory around it and, on CUDA, the device memory.
+struct Measured {
   uint64_t bytes = 0;
+  uint64_t tensors = 0;
   double seconds = 0;
   double cpu_seconds = 0;  // user + system time of every thread during the load
-  uint64_t tensors = 0;
   HostMemory before, after;
   bool host_peak_reset = false;
   int cuda_index = -1;
   uint64_t device_allocated = 0;  // device bytes the load itself allocated (its destination)
   CudaMemory device_before, device_after;
+};
+
+// A load through the streaming loader (into fresh memory, or --into memory of its own).
+struct StreamReport {
+  Measured measured;
+  LoadStats stats;
+};
+
+// --map: storages aliasing the file's mapping.
+struct MapReport {
+  Measured measured;
+  bool verified = false;
 };
 
 const char* ModeName(Mode m) { return m == Mode::kLoad ? "load" : m == Mode::kInto ? "into" : "map"; }
@@ -131,89 +142,150 @@ Destination PerTensor(const Container& c, int device) {
   return d;
 }
 
-// Runs the load of `mode` between the memory and CPU probes the report gives; what it loaded
-// stays alive until the device figures are read.
-void Run(const std::string& path, int device, Mode mode, const LoadOptions& options, Report* r) {
-  std::unique_ptr<Container> c = Container::Open(path);
-  Destination into;
-  if (mode == Mode::kInto) into = PerTensor(*c, device);
-  r->cuda_index = device;
-  if (device >= 0) r->device_before = ReadCudaMemory(device);
-  r->host_peak_reset = ResetHostPeak();
-  r->before = ReadHostMemory();
+// Runs `body` (which returns the bytes it made available) between the memory and CPU probes
+// of the report. What it loaded must outlive this call, so that the device figures read after
+// it count the result.
+template <class Body>
+Measured Measure(int device, Body&& body) {
+  Measured m;
+  m.cuda_index = device;
+  if (device >= 0) m.device_before = ReadCudaMemory(device);
+  m.host_peak_reset = ResetHostPeak();
+  m.before = ReadHostMemory();
   const double cpu0 = CpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
-  CheckObjectPickle(*c, options.allow_globals);
-  Destination fresh;
-  std::unique_ptr<MappedStorages> mapped;
-  if (mode == Mode::kMap) {
-    mapped = std::make_unique<MappedStorages>(*c, options.verify, options.threads.value_or(DefaultReaderThreads()));
-    r->stats.verified = options.verify;
-    r->bytes = mapped->mapped_bytes() + mapped->decoded_bytes();
-  } else {
-    if (mode == Mode::kLoad) fresh = PerStorage(*c, device);
-    r->stats = LoadRanges(*c, mode == Mode::kInto ? into.targets : fresh.targets, options);
-    r->bytes = r->stats.raw_bytes;
-    if (device >= 0)
-      for (const auto& b : fresh.buffers) r->device_allocated += b->bytes();
-  }
-  r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r->cpu_seconds = CpuSeconds() - cpu0;
-  r->after = ReadHostMemory();
-  if (device >= 0) r->device_after = ReadCudaMemory(device);
-  r->tensors = c->tensor_count();
+  m.bytes = body();
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.cpu_seconds = CpuSeconds() - cpu0;
+  m.after = ReadHostMemory();
+  if (device >= 0) m.device_after = ReadCudaMemory(device);
+  return m;
 }
 
-void PrintJson(const std::string& path, const Report& r) {
-  JsonWriter jw;
-  double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
-  jw.BeginObject().Key("file").String(path).Key("status").String("ok").Key("mode").String(ModeName(r.mode));
-  jw.Key("device").String(r.device).Key("bytes").UInt(r.bytes).Key("seconds").Double(r.seconds).Key("cpu_seconds").Double(r.cpu_seconds).Key("gbps").Double(gbps);
-  jw.Key("tensors").UInt(r.tensors);
-  if (r.mode == Mode::kMap) jw.Key("verified").Bool(r.stats.verified);
-  if (r.mode != Mode::kMap) {
-    const LoadStats& s = r.stats;
-    jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));
-    jw.Key("threads").UInt(s.threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
-    jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
-    jw.Key("chunks").UInt(s.chunks).Key("destination_chunks").UInt(s.destination_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
-    jw.Key("read_seconds").Double(s.read_seconds).Key("hash_seconds").Double(s.hash_seconds);
-    jw.Key("copy_seconds").Double(s.copy_seconds).Key("wait_seconds").Double(s.wait_seconds);
-  }
-  jw.Key("rss_before").UInt(r.before.rss).Key("rss_peak").UInt(r.after.peak);
-  jw.Key("rss_peak_delta").UInt(Delta(r.after.peak, r.before.rss)).Key("rss_peak_exact").Bool(r.host_peak_reset);
-  if (r.cuda_index >= 0) {
-    jw.Key("device_peak_bytes").UInt(r.device_allocated);
-    jw.Key("device_used_delta").UInt(Delta(r.device_before.free, r.device_after.free));
-    jw.Key("device_free_after").UInt(r.device_after.free);
+// A load into fresh memory: one buffer per storage, allocated as part of the load.
+StreamReport LoadFresh(const std::string& path, int device, const LoadOptions& options) {
+  std::unique_ptr<Container> c = Container::Open(path);
+  Destination fresh;
+  StreamReport r;
+  r.measured = Measure(device, [&] {
+    CheckObjectPickle(*c, options.allow_globals);
+    fresh = PerStorage(*c, device);
+    r.stats = LoadRanges(*c, fresh.targets, options);
+    return r.stats.raw_bytes;
+  });
+  if (device >= 0)
+    for (const auto& b : fresh.buffers) r.measured.device_allocated += b->bytes();
+  r.measured.tensors = c->tensor_count();
+  return r;
+}
+
+// --into: each tensor into memory of its own, allocated and zeroed before the load.
+StreamReport LoadInPlace(const std::string& path, int device, const LoadOptions& options) {
+  std::unique_ptr<Container> c = Container::Open(path);
+  Destination into = PerTensor(*c, device);
+  StreamReport r;
+  r.measured = Measure(device, [&] {
+    CheckObjectPickle(*c, options.allow_globals);
+    r.stats = LoadRanges(*c, into.targets, options);
+    return r.stats.raw_bytes;
+  });
+  r.measured.tensors = c->tensor_count();
+  return r;
+}
+
+// --map: the file mapped, every chunk checked in the mapping first unless verify is off.
+MapReport MapAll(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Container> c = Container::Open(path);
+  std::unique_ptr<MappedStorages> mapped;
+  MapReport r;
+  r.measured = Measure(-1, [&] {
+    CheckObjectPickle(*c, options.allow_globals);
+    mapped = std::make_unique<MappedStorages>(*c, options.verify, options.threads.value_or(DefaultReaderThreads()));
+    return mapped->mapped_bytes() + mapped->decoded_bytes();
+  });
+  r.verified = options.verify;
+  r.measured.tensors = c->tensor_count();
+  return r;
+}
+
+double Gbps(const Measured& m) { return m.seconds > 0 ? static_cast<double>(m.bytes) / m.seconds / 1e9 : 0; }
+
+// The keys every mode's JSON report starts with, through "tensors".
+void JsonHead(JsonWriter& jw, const std::string& path, Mode mode, const std::string& device, const Measured& m) {
+  jw.BeginObject().Key("file").String(path).Key("status").String("ok").Key("mode").String(ModeName(mode));
+  jw.Key("device").String(device).Key("bytes").UInt(m.bytes).Key("seconds").Double(m.seconds).Key("cpu_seconds").Double(m.cpu_seconds).Key("gbps").Double(Gbps(m));
+  jw.Key("tensors").UInt(m.tensors);
+}
+
+// The memory keys every mode's JSON report ends with; prints the report.
+void JsonTail(JsonWriter& jw, const Measured& m) {
+  jw.Key("rss_before").UInt(m.before.rss).Key("rss_peak").UInt(m.after.peak);
+  jw.Key("rss_peak_delta").UInt(Delta(m.after.peak, m.before.rss)).Key("rss_peak_exact").Bool(m.host_peak_reset);
+  if (m.cuda_index >= 0) {
+    jw.Key("device_peak_bytes").UInt(m.device_allocated);
+    jw.Key("device_used_delta").UInt(Delta(m.device_before.free, m.device_after.free));
+    jw.Key("device_free_after").UInt(m.device_after.free);
   }
   jw.EndObject();
   std::printf("%s\n", jw.str().c_str());
 }
 
-void PrintText(const std::string& path, const Report& r) {
-  double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0;
-  const char* verb = r.mode == Mode::kMap ? "mapped" : r.mode == Mode::kInto ? "loaded in place" : "loaded";
+void PrintJson(const std::string& path, Mode mode, const std::string& device, const StreamReport& r) {
+  JsonWriter jw;
+  JsonHead(jw, path, mode, device, r.measured);
+  const LoadStats& s = r.stats;
+  jw.Key("verified").Bool(s.verified).Key("method").String(ReadMethodName(s.method));
+  jw.Key("threads").UInt(s.threads).Key("slots").UInt(s.slots).Key("slot_bytes").UInt(s.slot_bytes);
+  jw.Key("ring_bytes").UInt(s.ring_bytes).Key("stored_bytes").UInt(s.stored_bytes);
+  jw.Key("chunks").UInt(s.chunks).Key("destination_chunks").UInt(s.destination_chunks).Key("uncached_bytes").UInt(s.uncached_bytes).Key("storages").UInt(s.storages);
+  jw.Key("read_seconds").Double(s.read_seconds).Key("hash_seconds").Double(s.hash_seconds);
+  jw.Key("copy_seconds").Double(s.copy_seconds).Key("wait_seconds").Double(s.wait_seconds);
+  JsonTail(jw, r.measured);
+}
+
+void PrintJson(const std::string& path, const MapReport& r) {
+  JsonWriter jw;
+  JsonHead(jw, path, Mode::kMap, "cpu", r.measured);
+  jw.Key("verified").Bool(r.verified);
+  JsonTail(jw, r.measured);
+}
+
+// The first line of every mode's text report.
+void TextHead(const std::string& path, const char* verb, const std::string& device, const Measured& m,
+              const char* suffix) {
   std::printf("%s: %s %s (%llu tensors) to %s in %.3f s (%.3f s CPU), %.2f GB/s%s\n", Printable(path).c_str(), verb,
-              FormatBytes(r.bytes).c_str(), static_cast<unsigned long long>(r.tensors), r.device.c_str(), r.seconds,
-              r.cpu_seconds, gbps, r.mode == Mode::kMap ? "" : r.stats.verified ? ", verified" : ", not verified");
-  if (r.mode != Mode::kMap) {
-    const LoadStats& s = r.stats;
-    std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
-                ReadMethodName(s.method), s.threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
-                static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.destination_chunks));
-    std::printf("  thread time: read %.3f s, hash %.3f s, copy %.3f s, wait %.3f s (summed over threads)\n",
-                s.read_seconds, s.hash_seconds, s.copy_seconds, s.wait_seconds);
-  }
-  std::printf("  host RSS: peak %s (+%s over %s before the load)%s\n", FormatBytes(r.after.peak).c_str(),
-              FormatBytes(Delta(r.after.peak, r.before.rss)).c_str(), FormatBytes(r.before.rss).c_str(),
-              r.host_peak_reset ? "" : " [peak not resettable here: includes earlier use]");
-  if (r.cuda_index >= 0)
+              FormatBytes(m.bytes).c_str(), static_cast<unsigned long long>(m.tensors), device.c_str(), m.seconds,
+              m.cpu_seconds, Gbps(m), suffix);
+}
+
+// The memory lines every mode's text report ends with.
+void TextTail(const Measured& m) {
+  std::printf("  host RSS: peak %s (+%s over %s before the load)%s\n", FormatBytes(m.after.peak).c_str(),
+              FormatBytes(Delta(m.after.peak, m.before.rss)).c_str(), FormatBytes(m.before.rss).c_str(),
+              m.host_peak_reset ? "" : " [peak not resettable here: includes earlier use]");
+  if (m.cuda_index >= 0)
     std::printf("  device cuda:%d: %s allocated by the load (its destination), %s more in use with the result "
                 "alive (cudaMemGetInfo; %s free)\n",
-                r.cuda_index, FormatBytes(r.device_allocated).c_str(),
-                FormatBytes(Delta(r.device_before.free, r.device_after.free)).c_str(),
-                FormatBytes(r.device_after.free).c_str());
+                m.cuda_index, FormatBytes(m.device_allocated).c_str(),
+                FormatBytes(Delta(m.device_before.free, m.device_after.free)).c_str(),
+                FormatBytes(m.device_after.free).c_str());
+}
+
+void PrintText(const std::string& path, Mode mode, const std::string& device, const StreamReport& r) {
+  const LoadStats& s = r.stats;
+  TextHead(path, mode == Mode::kInto ? "loaded in place" : "loaded", device, r.measured,
+           s.verified ? ", verified" : ", not verified");
+  std::printf("  read: %s, %u threads, ring %u x %s, %llu chunks (%llu straight into the destination)\n",
+              ReadMethodName(s.method), s.threads, s.slots, FormatBytes(s.slot_bytes).c_str(),
+              static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.destination_chunks));
+  std::printf("  thread time: read %.3f s, hash %.3f s, copy %.3f s, wait %.3f s (summed over threads)\n",
+              s.read_seconds, s.hash_seconds, s.copy_seconds, s.wait_seconds);
+  TextTail(r.measured);
+}
+
+void PrintText(const std::string& path, const MapReport& r) {
+  TextHead(path, "mapped", "cpu", r.measured, "");
+  TextTail(r.measured);
 }
 
 }  // namespace
@@ -259,31 +331,36 @@ int RunLoad(const Argv& argv) {
     options.method = *method;
   }
   if (args.Has("into") && args.Has("map")) return UsageError("load", "--into and --map exclude each other");
-  Report r;
-  r.mode = args.Has("map") ? Mode::kMap : args.Has("into") ? Mode::kInto : Mode::kLoad;
-  r.device = args.Get("device").value_or("cpu");
-  std::optional<int> device = ParseDevice(r.device);
-  if (!device) return UsageError("load", "bad --device '" + r.device + "' (cpu, cuda, cuda:N)");
-  if (r.mode == Mode::kMap && *device >= 0) return UsageError("load", "--map gives CPU memory: no --device");
+  const Mode mode = args.Has("map") ? Mode::kMap : args.Has("into") ? Mode::kInto : Mode::kLoad;
+  const std::string device_name = args.Get("device").value_or("cpu");
+  std::optional<int> device = ParseDevice(device_name);
+  if (!device) return UsageError("load", "bad --device '" + device_name + "' (cpu, cuda, cuda:N)");
+  if (mode == Mode::kMap && *device >= 0) return UsageError("load", "--map gives CPU memory: no --device");
   bool json = args.Has("json");
   try {
+    if (mode == Mode::kMap) {
+      MapReport r = MapAll(path, options);
+      if (json) PrintJson(path, r);
+      else PrintText(path, r);
+      return kExitOk;
+    }
     std::unique_ptr<ProgressBar> bar;
-    if (!json && *style != ProgressStyle::kNone && r.mode != Mode::kMap) {
+    if (!json && *style != ProgressStyle::kNone) {
       bar = std::make_unique<ProgressBar>("load " + path, 0, *style);
       options.progress = [&bar](uint64_t done, uint64_t total) {
         bar->SetTotal(total);
         bar->Set(done);
       };
     }
-    Run(path, *device, r.mode, options, &r);
+    StreamReport r = mode == Mode::kInto ? LoadInPlace(path, *device, options) : LoadFresh(path, *device, options);
     if (bar) bar->Finish();
+    if (json) PrintJson(path, mode, device_name, r);
+    else PrintText(path, mode, device_name, r);
   } catch (const Error& caught) {
     Error e = WithNotAContainerHint(caught, path);  // `zckpt load x.pt`: convert it first
     if (!json) throw e;  // main prints "zckpt load: ..." and maps the kind to the exit code
     return PrintJsonError("load", path, e);
   }
-  if (json) PrintJson(path, r);
-  else PrintText(path, r);
   return kExitOk;
 }
 
