@@ -41,8 +41,8 @@ struct ByteRange {
 };
 
 // Where in a checkpoint a problem lies; each field is unset when the problem is not about it.
-// The Python module gives these to CorruptError as attributes (file, storage, tensors, chunk,
-// file_bytes, storage_bytes).
+// The Python package gives these to every ZckptError as attributes (file, storage, tensors, chunk,
+// file_bytes, storage_bytes), whose class is that of its kind (zckpt/_errors.py).
 struct ErrorPlace {
   std::string file;                    // the file (or object URL) holding the bytes
   std::string storage;                 // storage key

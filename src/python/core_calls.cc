@@ -65,6 +65,13 @@ Json PlaceJson(const ErrorPlace& place) {
               {"storage_bytes", range(place.storage_bytes)}};
 }
 
+Json ProblemJson(ErrorKind kind, const std::string& message, const ErrorPlace& place) {
+  Json d = PlaceJson(place);
+  d["kind"] = ErrorKindName(kind);
+  d["message"] = message;
+  return d;
+}
+
 Json RunCall(const std::string& name, const Json& args, Reply& reply) {
   static const CallTable* calls = [] {
     auto* t = new CallTable;
@@ -198,10 +205,9 @@ Json Export(const Json& args, Reply&) {
   return nullptr;
 }
 
-// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order, each PlaceJson
-// with "kind" ("corrupt" or "unsafe": ErrorKindName) and "message". A problem that is not a
-// finding (IsFinding: the file could not be checked) is thrown as its Error, as `zckpt verify`
-// exits 2 for it where it exits 1 for a finding.
+// VerifyPath (zckpt/verify.h): the problems of every file it checked, in order, each ProblemJson.
+// A problem that is not a finding (IsFinding: the file could not be checked) is thrown as its
+// Error, as `zckpt verify` exits 2 for it where it exits 1 for a finding.
 Json Verify(const Json& args, Reply&) {
   VerifyPathOptions options;
   options.threads = Optional<unsigned>(args, "threads");
@@ -209,10 +215,7 @@ Json Verify(const Json& args, Reply&) {
   for (const VerifiedFile& r : VerifyPath(args.at("path").get<std::string>(), options))
     for (const VerifyProblem& p : r.problems) {
       if (!IsFinding(p.kind)) throw Error(p.kind, p.message, p.place);
-      Json d = PlaceJson(p.place);
-      d["kind"] = ErrorKindName(p.kind);
-      d["message"] = p.message;
-      problems.push_back(std::move(d));
+      problems.push_back(ProblemJson(p.kind, p.message, p.place));
     }
   return problems;
 }

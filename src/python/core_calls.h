@@ -92,6 +92,10 @@ Handles& TheHandles();
 // "file_bytes", "storage_bytes" ([begin, end])}, null for what it is not about: the attributes
 // of the Python error classes and the fields of zckpt.verify's problems.
 Json PlaceJson(const ErrorPlace& place);
+// A finding of a check (VerifyProblem, whose kind IsFinding) as JSON: PlaceJson with "kind"
+// (ErrorKindName: "corrupt" or "unsafe") and "message", one entry of zckpt.verify's and
+// verify_chunks' lists.
+Json ProblemJson(ErrorKind kind, const std::string& message, const ErrorPlace& place);
 
 // Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
 // .pt or safetensors file (zckpt.load("x.pt")).

@@ -52,32 +52,22 @@ Json BytesArg(const py::bytes& b) {
   return Json{{"$address", reinterpret_cast<uintptr_t>(v.data())}, {"$bytes", v.size()}};
 }
 
-// This module's classes (BindErrors); never freed, as the interpreter may outlive the module.
-ErrorClasses* error_classes = nullptr;
+// zckpt._errors.for_kind (BindErrors); never freed, as the interpreter may outlive the module.
+py::object* error_for_kind = nullptr;
 
 }  // namespace
 
-void BindErrors(const ErrorClasses& classes) {
-  // Every class has the attributes of PlaceJson: None on the class, set from the Error's place.
-  const Json place = PlaceJson({});
-  for (const auto& field : place.items()) classes.base.attr(field.key().c_str()) = py::none();
-  error_classes = new ErrorClasses(classes);
+void BindErrors(py::object for_kind) {
+  error_for_kind = new py::object(std::move(for_kind));
   py::register_local_exception_translator([](std::exception_ptr p) {  // this module's calls only
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      const ErrorClasses* kinds = error_classes;
-      const py::object& type = e.kind() == ErrorKind::kCorrupt       ? kinds->corrupt
-                               : e.kind() == ErrorKind::kUnsafe      ? kinds->unsafe
-                               : e.kind() == ErrorKind::kOutOfMemory ? kinds->oom
-                                                                     : kinds->base;
       try {
-        py::object exc = type(e.what());
-        py::dict fields = ToPython(PlaceJson(e.place()), Reply{});
-        for (auto field : fields) py::setattr(exc, field.first, field.second);
-        PyErr_SetObject(type.ptr(), exc.ptr());
+        py::object exc = (*error_for_kind)(ErrorKindName(e.kind()), e.what(), ToPython(PlaceJson(e.place()), Reply{}));
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
       } catch (const py::error_already_set&) {  // the message alone, as an error cannot be lost
-        PyErr_SetString(type.ptr(), e.what());
+        PyErr_SetString(PyExc_RuntimeError, e.what());
       }
     }
   });

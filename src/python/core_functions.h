@@ -22,13 +22,10 @@ namespace py = pybind11;
 // reply's bytes; PlaceJson's byte ranges as (begin, end) tuples.
 py::object ToPython(const Json& value, const Reply& reply);
 
-// The Python classes zckpt::Error becomes, by kind.
-struct ErrorClasses {
-  py::object base, corrupt, unsafe, oom;
-};
-// Translates every zckpt::Error leaving this module into its class, with PlaceJson's fields as
-// attributes.
-void BindErrors(const ErrorClasses& classes);
+// Translates every zckpt::Error leaving this module into the error `for_kind(kind, message,
+// place)` makes (zckpt/_errors.py: the class of its kind, ErrorKindName's, with PlaceJson's fields
+// as attributes), as the package's _core raises it.
+void BindErrors(py::object for_kind);
 
 // What zckpt.save returns: `path` as "destination" and SaveStats' figures.
 py::dict SaveStatsDict(const std::string& path, const SaveStats& s);

@@ -63,18 +63,16 @@ Json LoadRanges(const Json& args, Reply&) {
 }
 
 // Every chunk of the open file checked (Container::Verify), for a weight iterator that must not
-// hand out a first tensor from a file that is damaged further on: kCorrupt listing every
-// problem, each naming storage, tensors and byte range.
+// hand out a first tensor from a file that is damaged further on: its problems in file order
+// (empty when good), each ProblemJson naming file, storage, tensors, chunk and byte ranges, for
+// the caller to raise with each one's place.
 Json VerifyChunks(const Json& args, Reply&) {
   std::shared_ptr<Container> c = HeldContainer(args);
   VerifyOptions options;
   options.threads = Optional<unsigned>(args, "threads");
-  VerifyReport report = c->Verify(options);
-  if (report.ok()) return nullptr;
-  std::string msg = c->path() + ": verified before the first tensor was handed out: " +
-                    std::to_string(report.problems.size()) + " problem(s):";
-  for (const auto& p : report.problems) msg += "\n  " + p.message;
-  throw Error(ErrorKind::kCorrupt, msg);
+  Json problems = Json::array();
+  for (const VerifyProblem& p : c->Verify(options).problems) problems.push_back(ProblemJson(p.kind, p.message, p.place));
+  return problems;
 }
 
 // MappedStorages (raw chunks laid end to end alias the file, zstd chunks are decoded and checked;

@@ -220,17 +220,13 @@ void BindSave(py::module_& m);  // save_bindings.cc
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "zckpt C++ core (use the `zckpt` package's functions)";
-  // The error classes are the torch-free module's (zckpt._core), so `except zckpt.CorruptError`
-  // catches what either module raises; OutOfMemoryError is _oom.py's (also torch's).
-  py::module_ core = py::module_::import("zckpt._core");
-  zckpt::python::ErrorClasses classes{core.attr("ZckptError"), core.attr("CorruptError"), core.attr("UnsafeError"),
-                                      py::none()};
-  classes.oom = py::module_::import("zckpt._oom").attr("OutOfMemoryError");  // `_core`'s too
-  m.attr("ZckptError") = classes.base;
-  m.attr("CorruptError") = classes.corrupt;
-  m.attr("UnsafeError") = classes.unsafe;
-  m.attr("OutOfMemoryError") = classes.oom;
-  zckpt::python::BindErrors(classes);
+  // The error classes are the torch-free module's (zckpt/_errors.py), so `except zckpt.CorruptError`
+  // catches what either module raises; OutOfMemoryError is _oom.py's (also torch's), which
+  // importing _oom hands to _errors.for_kind.
+  py::module_ errors = py::module_::import("zckpt._errors");
+  for (const char* name : {"ZckptError", "CorruptError", "UnsafeError"}) m.attr(name) = errors.attr(name);
+  m.attr("OutOfMemoryError") = py::module_::import("zckpt._oom").attr("OutOfMemoryError");
+  zckpt::python::BindErrors(errors.attr("for_kind"));
   // One open checkpoint: what zckpt.load reads everything through (core_functions.h).
   using zckpt::Container;
   py::class_<zckpt::Ring>(m, "Ring")

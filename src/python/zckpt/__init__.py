@@ -26,7 +26,9 @@ on the command line), and it must describe the same tensors as the container's i
 Importing zckpt imports no torch: convert, export, verify and the error classes run on the
 torch-free core (`_core`); the rest imports torch (and checks its version) on first use.
 """
-from ._errors import CorruptError, UnsafeError, ZckptError  # noqa: F401
+from ._errors import (  # noqa: F401
+    CancelledError, CorruptError, InvalidArgumentError, IoError, NotAContainerError, UnsafeError, UnsupportedError,
+    ZckptError)
 from ._tools import convert, export, verify  # noqa: F401
 
 # Names that need torch -> the module that defines them, imported on first access (PEP 562).
@@ -79,6 +81,7 @@ def __dir__():
 
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
-           "CorruptError", "UnsafeError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+           "CorruptError", "UnsafeError", "IoError", "NotAContainerError", "UnsupportedError", "InvalidArgumentError",
+           "CancelledError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
            "patch_stats", "reset_patch_stats",
            "OutOfMemoryError", "iter_tensors", "container_files"]

@@ -25,38 +25,9 @@ _LIB.zckpt_result_bytes.restype = ctypes.c_void_p
 _LIB.zckpt_result_free.argtypes = [ctypes.c_void_p]
 _LIB.zckpt_result_free.restype = None
 
-# Where an error lies, an attribute of every error class: None for what it is not about.
-_PLACE = ("file", "storage", "tensors", "chunk", "file_bytes", "storage_bytes")
-
-
-class ZckptError(RuntimeError):
-    """A zckpt failure; its attributes say where: file, storage, tensors, chunk, file_bytes and
-    storage_bytes ((begin, end)), None for what it is not about."""
-
-
-class CorruptError(ZckptError):
-    """The file is damaged or forged: a checksum, a structure or a record does not hold."""
-
-
-class UnsafeError(ZckptError):
-    """A pickle names a global that could run code, or one not known to be data: refused."""
-
-
-class OutOfMemoryError(ZckptError):
-    """Host memory for a load could not be had (zckpt/_oom.py's subclass is also torch's)."""
-
-
-for _cls in (ZckptError, CorruptError, UnsafeError, OutOfMemoryError):
-    _cls.__module__ = "zckpt"
-for _field in _PLACE:
-    setattr(ZckptError, _field, None)
-
-_ERRORS = {"corrupt": CorruptError, "unsafe": UnsafeError, "out-of-memory": OutOfMemoryError}
-
-
-def set_out_of_memory_error(cls):
-    """From now on out-of-memory errors are `cls` (zckpt/_oom.py's, also a torch.OutOfMemoryError)."""
-    _ERRORS["out-of-memory"] = cls
+from ._errors import (  # noqa: F401 (zckpt._core.ZckptError and the rest, as _oom.py and callers take them)
+    CancelledError, CorruptError, InvalidArgumentError, IoError, NotAContainerError, OutOfMemoryError, UnsafeError,
+    UnsupportedError, ZckptError, for_kind, problem, set_out_of_memory_error)
 
 
 def _bytes_arg(data):
@@ -97,11 +68,7 @@ def _error(e):
         return MemoryError(message)
     if kind == "internal":
         return RuntimeError(message)
-    err = _ERRORS.get(kind, ZckptError)(message)
-    for field in _PLACE:
-        value = e.get(field)
-        setattr(err, field, tuple(value) if field.endswith("_bytes") and value is not None else value)
-    return err
+    return for_kind(kind, message, e)
 
 
 class _Held:
@@ -178,7 +145,10 @@ class Checkpoint:
                           verify=bool(verify), threads=threads, slots=slots, slot_bytes=slot_bytes)
 
     def verify_chunks(self, threads=None):
-        self._call("verify_chunks", threads=threads)
+        """Every chunk of the file checked: its problems in file order (empty when good), each a
+        dict of "kind" ("corrupt"), "message" and its place (file, storage, tensors, chunk,
+        file_bytes and storage_bytes as (begin, end)), as zckpt.verify's."""
+        return [problem(p) for p in self._call("verify_chunks", threads=threads)]
 
     def map_storages(self, verify=False, threads=None):
         """key -> the storage's bytes in the file's mapping (zstd ones decoded into memory of
@@ -218,7 +188,9 @@ def export(src, dst, format="pt", allow_globals=()):  # noqa: A002
 
 
 def verify(path, threads=None):
-    return _call("verify", path=path, threads=threads)
+    """The problems zckpt verify finds under `path`, in order, as verify_chunks gives them (kind
+    "corrupt" or "unsafe"); a file that cannot be checked raises its error."""
+    return [problem(p) for p in _call("verify", path=path, threads=threads)]
 
 
 def is_object_url(path):

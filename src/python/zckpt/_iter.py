@@ -8,7 +8,7 @@ import torch
 from . import _core, _paths
 from ._args import allowed_globals as _allowed
 from ._args import path_of as _path
-from ._errors import CorruptError, ZckptError
+from ._errors import CorruptError, ZckptError, findings_error
 from ._host import RecentBuffers, byte_batches, frombuffer
 from ._into import saved_contiguous, saved_dtype, saved_view, viewable_problem
 from ._ranges import device_bytes, device_index, load_ranges
@@ -135,7 +135,10 @@ def _streamed_tensors(c, device, verify, verify_first, allowed):
     here)."""
     records = _plain_records(c, allowed)
     if verify_first:
-        c.verify_chunks()
+        problems = c.verify_chunks()
+        if problems:
+            raise findings_error(f"{c.path}: verified before the first tensor was handed out: {len(problems)} "
+                                 "problem(s):" + "".join(f"\n  {p['message']}" for p in problems), problems)
     buffers = RecentBuffers() if device.type == "cpu" else _DeviceBuffers(c.path, device)
     return _fill_each(c, records, buffers, verify)
 

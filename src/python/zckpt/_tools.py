@@ -2,7 +2,7 @@
 where torch is not installed (as the `zckpt` command does)."""
 from . import _core
 from ._args import allowed_globals, path_of, ring_sizes
-from ._errors import CorruptError
+from ._errors import findings_error
 
 
 def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0, allow_globals=()):
@@ -41,10 +41,5 @@ def verify(path, *, threads=None, raise_on_error=True):
     found = _core.verify(path_of(path), ring_sizes(threads, None, None)["threads"])
     problems = [p["message"] for p in found]
     if problems and raise_on_error:
-        error = CorruptError("\n".join(problems))
-        error.problems = found
-        for field, value in found[0].items():
-            if field not in ("kind", "message"):
-                setattr(error, field, value)
-        raise error
+        raise findings_error("\n".join(problems), found)
     return problems
