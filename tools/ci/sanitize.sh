@@ -88,6 +88,7 @@ run_suites() {
   if ((${#names[@]} == 0)); then log "$what: no tests to run"; return; fi
   log "$what: ${names[*]}"
   rm -f "$build/meson-logs/testlog.junit.xml"
+  python3 "$SRC/tools/ci/gtest_cases.py" remove-stale "$build"  # never read a suite's file of an earlier run
   local rc=0
   meson test -C "$build" --no-rebuild --print-errorlogs --num-processes "$JOBS" --timeout-multiplier 3 "${names[@]}" \
     || { rc=1; status=1; }
