@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs zckpt the ways README's "Installing" tells users to, from this checkout, and uses each
-# install from outside the tree with no LD_LIBRARY_PATH, PYTHONPATH or PATH pointing into a build:
+# Installs zckpt the ways README's "Installing from source" tells users to, from this checkout, and
+# uses each install from outside the tree with no LD_LIBRARY_PATH, PYTHONPATH or PATH pointing into a build:
 #   configure  `meson setup` refuses a -Dpython that is not a runnable interpreter (a literal "~"
 #              included), and under a Python without torch configures and says why nothing of
 #              torch is built; -Dtorch=enabled there fails naming --no-build-isolation
