@@ -84,7 +84,8 @@ def iter_tensors(path, device="cpu", *, verify=True, verify_first=False, mmap=Fa
     verify_first=True checks every chunk of every file (and every file's pickle) before the first
     tensor is yielded: a corrupt checkpoint raises CorruptError naming file, tensor and byte
     range while the consumer has received nothing, which is what a weight update that must not
-    be half-applied needs. It reads the files once more (from the page cache when they fit).
+    be half-applied needs (without mmap its `problems` lists every damaged chunk with its place,
+    as zckpt.verify's does). It reads the files once more (from the page cache when they fit).
     All files are opened when iter_tensors is called and read through those open files, so a
     checkpoint renamed over the path meanwhile is read whole from the files opened.
     """
