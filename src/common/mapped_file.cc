@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "common/fault_guard.h"
+#include "common/pages.h"
 #include "zckpt/error.h"
 
 namespace zckpt {
@@ -17,13 +19,13 @@ namespace {
 
 void Advise(const uint8_t* base, size_t size, uint64_t offset, uint64_t len, int advice) {
   if (base == nullptr || offset >= size || len == 0) return;
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   uint64_t end = len > size - offset ? size : offset + len;
-  uint64_t start = offset / page * page;
-  // MADV_DONTNEED on a partial trailing page would drop bytes still needed; round the end down
-  // for it, up for the read-ahead hints.
-  uint64_t stop = advice == MADV_DONTNEED ? end / page * page : (end + page - 1) / page * page;
-  if (advice == MADV_DONTNEED && end == size) stop = (end + page - 1) / page * page;
+  // Offsets from the mapping's start, which is page-aligned. MADV_DONTNEED on a partial trailing
+  // page would drop bytes still needed: the end is rounded down for it (up for the read-ahead
+  // hints), and a range that reaches the end of the file ends there. The kernel rounds the length
+  // up to its own page, which never leaves the mapping: a rounded end is clipped to the file's.
+  uint64_t start = PageFloor(offset);
+  uint64_t stop = advice == MADV_DONTNEED && end < size ? PageFloor(end) : std::min<uint64_t>(PageCeil(end), size);
   if (stop <= start) return;
   (void)madvise(const_cast<uint8_t*>(base) + start, stop - start, advice);
 }

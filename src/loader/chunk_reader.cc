@@ -19,6 +19,7 @@
 #include "common/byte_source.h"
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
+#include "common/pages.h"
 #include "format/chunk_check.h"
 #include "format/container_file.h"
 #include "loader/plan.h"
@@ -177,31 +178,18 @@ class SpanChecker {
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL and nothing changes
 #endif
 
-// Whether every page of [addr, addr + len) (rounded out to whole pages) is resident: in memory
-// for anonymous memory, in the page cache for a file's mapping. mincore reads the page tables
-// and touches no page. nullopt where it cannot say (mincore failed).
-std::optional<bool> AllPagesResident(const void* addr, uint64_t len) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) / page * page;
-  uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + page - 1) / page * page;
-  thread_local std::vector<unsigned char> resident;
-  resident.resize((end - begin) / page);
-  if (mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) != 0) return std::nullopt;
-  return std::all_of(resident.begin(), resident.end(), [](unsigned char v) { return (v & 1) != 0; });
-}
-
-// Fresh destination memory costs a page fault per 4 KiB when the read first writes it: the
+// Fresh destination memory costs a page fault per page when the read first writes it: the
 // range is populated in one call first (src/loader/README.md has what it measured). Memory that
 // is already there (an in-place load's tensors) is not: populating walks and pins every page
 // again, about 0.1 s a GiB, while mincore, which only reads the page tables, says in well under
-// 1 ms that nothing needs it. Rounding out to whole pages is safe: those pages are mapped (they
-// hold dst's first and last bytes), and populating changes no byte.
+// 1 ms that nothing needs it. Only the whole pages inside the range are populated: rounding out
+// could reach memory beyond the destination (another mapping, when the page is larger than the
+// allocation's granularity), and the partial pages at its ends fault in as they are written.
 void PopulateForWrite(uint8_t* dst, uint64_t len) {
   if (AllPagesResident(dst, len).value_or(false)) return;
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(dst) / page * page;
-  uintptr_t end = (reinterpret_cast<uintptr_t>(dst) + len + page - 1) / page * page;
-  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+  uintptr_t begin = PageCeil(reinterpret_cast<uintptr_t>(dst));
+  uintptr_t end = PageFloor(reinterpret_cast<uintptr_t>(dst) + len);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 }
 
 using format::internal::kHashPiece;

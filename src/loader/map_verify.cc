@@ -12,6 +12,7 @@
 
 #include "common/fault_guard.h"
 #include "common/mapped_file.h"
+#include "common/pages.h"
 #include "format/chunk_check.h"
 #include "zckpt/container.h"
 #include "zckpt/error.h"
@@ -29,7 +30,6 @@ namespace zckpt::loader {
 // under the SIGBUS guard: a page that is gone (however the truncation falls between populating
 // and hashing) ends the check with Error(kIo), one path for every case.
 void VerifyMapped(const Container& c, const uint8_t* base, const std::vector<uint64_t>& chunks, unsigned threads) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
@@ -40,9 +40,11 @@ void VerifyMapped(const Container& c, const uint8_t* base, const std::vector<uin
       for (size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < chunks.size();) {
         format::ChunkRecord r = c.chunk(chunks[k]);
         const uint8_t* p = base + r.offset;
-        uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-        uintptr_t end = reinterpret_cast<uintptr_t>(p + r.stored_bytes);
-        (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+        // From the chunk's first page, counted from the mapping's page-aligned start (so never
+        // before it); the kernel rounds the length up to its own page, inside the mapping.
+        const uint8_t* first_page = base + PageFloor(r.offset);
+        (void)madvise(const_cast<uint8_t*>(first_page), static_cast<size_t>(p + r.stored_bytes - first_page),
+                      MADV_POPULATE_READ);
         checker.Begin(r);
         auto feed = [&] { checker.Feed(p, r.stored_bytes); };  // a raw chunk: hashing only, guard-safe
         if (!Guarded(p, r.stored_bytes, feed))

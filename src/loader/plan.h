@@ -68,7 +68,7 @@ struct Batch {
 struct PlanOptions {
   uint64_t slot_capacity = 0;  // bytes one slot holds
   uint64_t batch_bytes = 0;    // raw bytes per batch read straight into destinations
-  bool align_spans = false;    // O_DIRECT: raw spans start and end on 4 KiB boundaries
+  bool align_spans = false;    // O_DIRECT: raw spans start and end on kDirectIoAlign boundaries
   bool read_into_destination = false;
 };
 
@@ -82,9 +82,11 @@ struct Plan {
   uint64_t destination_chunks = 0;
 };
 
+// What O_DIRECT needs buffer, file offset and length aligned to: the logical block (512 B or
+// 4 KiB on every device here), a block size, not the page size (common/pages.h).
 inline constexpr uint64_t kDirectIoAlign = 4096;
 // Chunks of storages below this are packed in slots: one read for many small storages beats one
-// each (64 KiB: the spec's large_threshold, where storages become 4 KiB-aligned).
+// each (64 KiB: the spec's large_threshold, where storages become block-aligned, large_alignment).
 inline constexpr uint64_t kMinDirectStorage = 64 << 10;
 // A gap of unneeded file bytes up to this is read through rather than starting a new batch.
 inline constexpr uint64_t kMaxSpanGap = 64 << 10;

@@ -55,7 +55,7 @@ namespace {
 
 // kAuto: pread. Measured on the CPU path (tools/bench/bench.py, warm page cache), pread
 // straight into the destination beat a memcpy out of the mapping (which pays a page fault per
-// 4 KiB and the release behind it); on the CUDA path it fills pinned slots the same way.
+// page and the release behind it); on the CUDA path it fills pinned slots the same way.
 ReadMethod Resolve(ReadMethod m) { return m == ReadMethod::kAuto ? ReadMethod::kPread : m; }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "loader/object_tree.h"
+#include "loader/plan.h"
 #include "zckpt/format.h"
 
 namespace zckpt::loader {
@@ -79,7 +80,7 @@ void FreeAligned(void* p) { std::free(p); }
 }  // namespace
 
 at::Tensor AllocateBytes(uint64_t bytes, c10::Device device) {
-  // Plain 4 KiB pages: madvise(MADV_HUGEPAGE) on CPU destinations was tried and made loads 2-3x
+  // Plain pages: madvise(MADV_HUGEPAGE) on CPU destinations was tried and made loads 2-3x
   // slower here (direct compaction on fault under THP defrag=madvise).
   // A host allocation that fails is kOutOfMemory, however it failed: the CPU allocator reports it
   // as a plain c10::Error (the CUDA one throws c10::OutOfMemoryError, which WithTorchErrors maps);
@@ -87,13 +88,13 @@ at::Tensor AllocateBytes(uint64_t bytes, c10::Device device) {
   auto out_of_memory = [&](const std::string& why) {
     return Error(ErrorKind::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory: " + why);
   };
-  if (device.is_cpu() && bytes >= kPageAlignedFrom) {
-    // Page-aligned, so that a storage's bytes (4 KiB-aligned in the file) can be read straight
-    // into it with O_DIRECT when they are not in the page cache (ChunkReader). torch's CPU
+  if (device.is_cpu() && bytes >= kBlockAlignedFrom) {
+    // Block-aligned (kDirectIoAlign), so that a storage's bytes (as aligned in the file) can be
+    // read straight into it with O_DIRECT when they are not in the page cache (ChunkReader). torch's CPU
     // allocator aligns to 64 bytes only. Resizing still works: the storage keeps torch's
     // allocator for any new memory.
     void* p = nullptr;
-    if (int rc = posix_memalign(&p, 4096, static_cast<size_t>(bytes)); rc != 0) throw out_of_memory(std::strerror(rc));
+    if (int rc = posix_memalign(&p, kDirectIoAlign, static_cast<size_t>(bytes)); rc != 0) throw out_of_memory(std::strerror(rc));
     return WithTorchErrors([&] {
       c10::DataPtr ptr(p, p, &FreeAligned, device);
       c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(bytes), std::move(ptr),

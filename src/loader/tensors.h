@@ -29,8 +29,9 @@ c10::ScalarType ToScalarType(DType d, const std::string& what);
 void CheckViewable(const Container& c, const TensorInfo& t);
 
 // A 1-D uint8 tensor of `bytes` on `device` (one allocation). On the CPU, from
-// kPageAlignedFrom bytes up, page-aligned (a target for O_DIRECT reads).
-inline constexpr uint64_t kPageAlignedFrom = 64 << 10;
+// kBlockAlignedFrom bytes up, aligned to the O_DIRECT block (kDirectIoAlign, plan.h: a block
+// size, not the page size) so it can be a target for O_DIRECT reads.
+inline constexpr uint64_t kBlockAlignedFrom = 64 << 10;
 at::Tensor AllocateBytes(uint64_t bytes, c10::Device device);
 // A 1-D uint8 tensor over all of `storage`.
 at::Tensor BytesOf(const c10::Storage& storage);

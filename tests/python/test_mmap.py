@@ -3,13 +3,15 @@
 import gc
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import zckpt
 from torch_family import assert_deep_equal
-from zckpt_testing import mapped_ranges, sha256, storage_ptrs, tensors_in
+from zckpt_testing import ls_json, mapped_ranges, sha256, storage_ptrs, tensors_in
 
 
 
@@ -142,3 +144,39 @@ def test_mmap_verify_checks_every_chunk_in_the_mapping(container):
         zckpt.load(path, mmap=True, weights_only=False)
     unchecked = zckpt.load(path, mmap=True, weights_only=False, verify=False)
     assert any(not torch.equal(unchecked[k], want[k]) for k in want)
+
+
+_UNDER_64K_PAGES = r"""
+import sys, torch, zckpt
+from torch_family import assert_deep_equal
+path, pt, flipped = sys.argv[1:4]
+want = torch.load(pt, map_location="cpu", weights_only=False)
+assert_deep_equal(zckpt.load(path, mmap=True, weights_only=False), want)
+assert_deep_equal(zckpt.load(path, weights_only=False), want)
+try:
+    zckpt.load(flipped, mmap=True, weights_only=False)
+    sys.exit("a flipped byte went unnoticed under 64 KiB pages")
+except zckpt.CorruptError as e:
+    assert "storage" in str(e), e
+print("ok")
+"""
+
+
+def test_mmap_and_load_with_64k_pages(family, container):
+    """The page arithmetic of a 64 KiB-page kernel (Grace's aarch64 kernels) on this one:
+    ZCKPT_TEST_PAGE_SIZE, honoured by a build with tests (src/common/pages.h), set for a child
+    process: mapped and read loads equal torch.load's, and a flipped byte is still refused."""
+    path = container("module_state_dict.pt")
+    flipped = container("dtypes.pt")
+    big = max(ls_json(flipped)["storages"], key=lambda s: s["bytes"])
+    with open(flipped, "r+b") as f:
+        f.seek(big["offset"] + big["bytes"] - 1)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0x01]))
+    env = dict(os.environ, ZCKPT_TEST_PAGE_SIZE="65536")
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [fixtures, env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-c", _UNDER_64K_PAGES, path, family.pt("module_state_dict.pt"), flipped],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
