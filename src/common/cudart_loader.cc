@@ -39,6 +39,7 @@ bool Bind(void* handle, CudaRuntime& rt, std::string& missing) {
   get(rt.Memcpy, "cudaMemcpy");
   get(rt.MemcpyAsync, "cudaMemcpyAsync");
   get(rt.MemGetInfo, "cudaMemGetInfo");
+  get(rt.DeviceGetAttribute, "cudaDeviceGetAttribute");
   get(rt.StreamCreateWithFlags, "cudaStreamCreateWithFlags");
   get(rt.StreamDestroy, "cudaStreamDestroy");
   get(rt.StreamSynchronize, "cudaStreamSynchronize");

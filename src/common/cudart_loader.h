@@ -36,6 +36,11 @@ constexpr int kCudaMemcpyDeviceToHost = 2;
 constexpr unsigned kCudaStreamNonBlocking = 1;
 constexpr unsigned kCudaEventDisableTiming = 2;
 constexpr unsigned kCudaHostAllocPortable = 1;
+// cudaDeviceAttr values (driver_types.h, CUDA 9.2 and later): the device reads pageable host
+// memory (malloc'd, a file's mapping) coherently without cudaHostRegister, and does so through
+// the host's page tables (ATS: Grace Hopper's NVLink-C2C, POWER9's NVLink; not HMM over PCIe).
+constexpr int kCudaDevAttrPageableMemoryAccess = 88;
+constexpr int kCudaDevAttrPageableMemoryAccessUsesHostPageTables = 100;
 
 // Sonames tried, newest first: libcudart's soname carries the CUDA major version (11.0 for 11.x).
 inline const std::vector<std::string> kCudaRuntimeNames = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
@@ -59,6 +64,7 @@ struct CudaRuntime {
   CudaStatus (*Memcpy)(void*, const void*, size_t, int) = nullptr;
   CudaStatus (*MemcpyAsync)(void*, const void*, size_t, int, CudaStream) = nullptr;
   CudaStatus (*MemGetInfo)(size_t*, size_t*) = nullptr;
+  CudaStatus (*DeviceGetAttribute)(int*, int, int) = nullptr;
   CudaStatus (*StreamCreateWithFlags)(CudaStream*, unsigned) = nullptr;
   CudaStatus (*StreamDestroy)(CudaStream) = nullptr;
   CudaStatus (*StreamSynchronize)(CudaStream) = nullptr;

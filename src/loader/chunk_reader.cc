@@ -174,6 +174,9 @@ class SpanChecker {
   uint64_t fed_ = 0;  // span bytes of the current chunk fed so far end here
 };
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels say EINVAL and pages fault as touched
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL and nothing changes
 #endif
@@ -215,10 +218,63 @@ void ChunkReader::ReadSpan(uint64_t begin, uint64_t end, uint8_t* dst, uint64_t 
     throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), begin, end) + " (reading " + c_.DescribeChunk(checker.pending()) + ")");
 }
 
-void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
-  if (remote_) return ReadRemote(b, plan, d, slot);
-  if (!b.in_slot) return ReadIntoDestinations(b, d);
-  if (!b.zstd) return ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
+void ChunkReader::CopyFromMapping() {
+  // A local file's own mapping (not memory a caller opened the container from, nor an object).
+  if (!remote_ && ContainerFile::Of(c_).owns_mapping() && method_ != ReadMethod::kDirect) slots_from_mapping_ = true;
+}
+
+bool ChunkReader::InMapping(const Batch& b) const { return slots_from_mapping_ && b.in_slot && !b.zstd; }
+
+void ChunkReader::CheckAfterCopy(const Batch& b, const Destinations& d) const {
+  if (!verify_) return;
+  try {
+    (void)CheckInMapping(b, d);
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string(e.what()) + " (after its copy from the file's mapping: the file was written in "
+                                                   "place during the load)", e.place());
+  }
+}
+
+const uint8_t* ChunkReader::CheckInMapping(const Batch& b, const Destinations& d) const {
+  const uint8_t* base = ContainerFile::Data(c_) + b.file_begin;
+  const uint64_t n = std::min(b.file_end, c_.file_bytes()) - b.file_begin;
+  // The batch's pages mapped in with one call (the device's reads through the host's page tables
+  // then find them; the hash faults none), from the page the batch starts in, counted from the
+  // mapping's page-aligned start. EFAULT: a page of it is gone, the file shrank (verify off
+  // hashes nothing, so this is what keeps the device from reading a page that is gone).
+  const uint8_t* first_page = ContainerFile::Data(c_) + PageFloor(b.file_begin);
+  if (n > 0 && madvise(const_cast<uint8_t*>(first_page), static_cast<size_t>(base + n - first_page), MADV_POPULATE_READ) != 0 &&
+      errno == EFAULT)
+    throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), b.file_begin, b.file_begin + n));
+  SpanChecker checker(c_, d, b.file_begin, b.first, b.last, verify_, split_);
+  for (uint64_t at = 0; at < n && !checker.done();) {
+    uint64_t want = std::min(kHashPiece, n - at);
+    auto feed = [&] { checker.Feed(base, at + want); };  // hashing only: guard-safe
+    if (!Guarded(base + at, want, feed))
+      throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), b.file_begin + at, b.file_begin + at + want) +
+                                      " (checking " + c_.DescribeChunk(checker.pending()) + ")");
+    at += want;
+  }
+  if (!checker.done())
+    throw Error(ErrorKind::kIo, FileShrankMessage(c_.path(), b.file_begin, b.file_end) + " (checking " +
+                                    c_.DescribeChunk(checker.pending()) + ")");
+  return base;
+}
+
+const uint8_t* ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const {
+  if (remote_) {
+    ReadRemote(b, plan, d, slot);
+    return slot;
+  }
+  if (!b.in_slot) {
+    ReadIntoDestinations(b, d);
+    return nullptr;
+  }
+  if (InMapping(b)) return CheckInMapping(b, d);
+  if (!b.zstd) {
+    ReadSpan(b.file_begin, b.file_end, slot, b.first, b.last, d);
+    return slot;
+  }
   for (uint64_t i = b.first; i < b.last; ++i) {
     if (!d.needed(i)) continue;
     // zstd frames are read (pread, whatever the method), checked and decoded by the container
@@ -226,6 +282,7 @@ void ChunkReader::Read(const Batch& b, const Plan& plan, const Destinations& d, 
     TimeSplit::Scope timed(split_, TimeSplit::kRead);
     c_.ReadChunk(i, slot + plan.slot_offset[i], verify_);
   }
+  return slot;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Reads a batch of chunks from the container, checking each chunk as it lands: into a ring
-// slot, or straight into host destinations. Thread-safe: every reader thread shares one.
+// slot, or straight into host destinations; or checks it where it lies in the file's mapping,
+// for devices that copy from there (CopyFromMapping). Thread-safe: every reader thread shares one.
 #pragma once
 
 #include <atomic>
@@ -40,9 +41,24 @@ class ChunkReader {
   uint64_t uncached_bytes() const { return uncached_bytes_.load(); }
 
   // Reads batch `b` of `plan`: into `slot` (slot batches, raw bytes at plan.slot_offset) or into
-  // the destinations of its chunks. Throws Error(kCorrupt) naming the chunk
-  // (Container::DescribeChunk) on a checksum or zstd failure, Error(kIo) on read errors.
-  void Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const;
+  // the destinations of its chunks. Returns where the batch's bytes now are, as a slot would hold
+  // them: `slot`, nullptr for a batch read into destinations, or, after CopyFromMapping(), the
+  // file's mapping at the batch's first byte for a raw slot batch (checked there, nothing read).
+  // Throws Error(kCorrupt) naming the chunk (Container::DescribeChunk) on a checksum or zstd
+  // failure, Error(kIo) on read errors and, in the mapping, when the file shrank.
+  const uint8_t* Read(const Batch& b, const Plan& plan, const Destinations& d, uint8_t* slot) const;
+
+  // Raw slot batches stay in the container's mapping of a local file: the copy engine reads the
+  // devices' bytes from there (a device that reads pageable host memory, copy_engine.h), so
+  // nothing is copied into a ring slot. Not for objects, containers opened from memory, or
+  // kDirect (asked for O_DIRECT); then nothing changes.
+  void CopyFromMapping();
+  // Whether Read leaves batch `b` in the mapping (CopyFromMapping, a raw slot batch).
+  bool InMapping(const Batch& b) const;
+  // Checks batch `b`, left in the mapping, again once the copies reading it have completed: bytes
+  // rewritten in place between Read's check and the copy end the load with Error(kCorrupt) naming
+  // the chunk, as a checksum failure does.
+  void CheckAfterCopy(const Batch& b, const Destinations& d) const;
 
  private:
   // Reads file bytes [offset, offset + len) into dst; returns the bytes read (less only at EOF).
@@ -53,6 +69,8 @@ class ChunkReader {
                 const Destinations& d) const;
   // A batch read straight into its chunks' CPU destinations (no slot).
   void ReadIntoDestinations(const Batch& b, const Destinations& d) const;
+  // Raw slot batch `b` checked where it lies in the mapping, under the SIGBUS guard; its start.
+  const uint8_t* CheckInMapping(const Batch& b, const Destinations& d) const;
   // An object (s3://): each run of raw chunks adjacent in the object and in memory one ranged GET
   // into its slot place or destination, each chunk then checked (a bad one fetched again alone);
   // zstd chunks one GET each.
@@ -81,6 +99,7 @@ class ChunkReader {
   int o_direct_fd_ = -1;  // owned: the O_DIRECT reopening (kDirect; with kPread, for uncached ranges)
   mutable std::atomic<uint64_t> uncached_bytes_{0};
   bool remote_ = false;
+  bool slots_from_mapping_ = false;  // CopyFromMapping()
 };
 
 }  // namespace zckpt::loader

@@ -27,12 +27,20 @@ class CopyEngine {
  public:
   virtual ~CopyEngine() = default;
 
-  // Ring memory: 4 KiB-aligned host memory (the CPU engine), pinned host memory (CUDA engine,
-  // so copies are true DMA and can overlap reads). Throws Error(kOutOfMemory) on failure.
+  // Ring memory: host memory aligned to the O_DIRECT block (the CPU engine), pinned host memory
+  // (CUDA engine, so copies are true DMA and can overlap reads; plain aligned memory where every
+  // device reads pageable memory, below). Throws Error(kOutOfMemory) on failure.
   virtual uint8_t* AllocateHost(uint64_t bytes) = 0;
   virtual void FreeHost(uint8_t* p) noexcept = 0;
 
-  // Starts copying host `src` (inside a slot) to device memory `dst` on CUDA device `device`.
+  // Whether every device of the load reads pageable host memory itself, through the host's page
+  // tables (Grace Hopper; CUDA's cudaDevAttrPageableMemoryAccessUsesHostPageTables): then a
+  // copy's source may be any host memory, the file's mapping included, and staging through
+  // pinned memory buys nothing. False for the CPU engine.
+  virtual bool ReadsPageableHost() const { return false; }
+
+  // Starts copying host `src` (inside a slot, or pageable memory when ReadsPageableHost()) to
+  // device memory `dst` on CUDA device `device`.
   virtual void CopyToDevice(const uint8_t* src, uint8_t* dst, uint64_t bytes, int device) = 0;
   // Every copy reading slot `slot` has been issued.
   virtual void EndSlot(unsigned slot) = 0;
@@ -45,6 +53,10 @@ class CopyEngine {
 };
 
 std::unique_ptr<CopyEngine> MakeCpuCopyEngine();
+// The CPU engine's ring memory (kDirectIoAlign-aligned, plain host memory), also what the CUDA
+// engine uses when its devices read pageable memory.
+uint8_t* AllocateAlignedHost(uint64_t bytes);
+void FreeAlignedHost(uint8_t* p) noexcept;
 // `devices`: the CUDA devices destinations live on; `slots`: ring size. Each of its streams
 // first waits for that device's `wait_for` stream, so memory just handed out (or a target still
 // being produced) is not written early. Ring slots come from a per-process pinned cache

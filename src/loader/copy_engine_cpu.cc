@@ -10,18 +10,22 @@
 
 namespace zckpt::loader {
 
+uint8_t* AllocateAlignedHost(uint64_t bytes) {
+  // Block alignment (kDirectIoAlign): the O_DIRECT method reads into slots.
+  void* p = nullptr;
+  if (posix_memalign(&p, kDirectIoAlign, bytes) != 0)
+    throw Error(ErrorKind::kOutOfMemory, "cannot allocate a " + std::to_string(bytes) + "-byte ring slot");
+  return static_cast<uint8_t*>(p);
+}
+
+void FreeAlignedHost(uint8_t* p) noexcept { std::free(p); }
+
 namespace {
 
 class CpuCopyEngine final : public CopyEngine {
  public:
-  uint8_t* AllocateHost(uint64_t bytes) override {
-    // 4 KiB alignment: the O_DIRECT method reads into slots.
-    void* p = nullptr;
-    if (posix_memalign(&p, kDirectIoAlign, bytes) != 0)
-      throw Error(ErrorKind::kOutOfMemory, "cannot allocate a " + std::to_string(bytes) + "-byte ring slot");
-    return static_cast<uint8_t*>(p);
-  }
-  void FreeHost(uint8_t* p) noexcept override { std::free(p); }
+  uint8_t* AllocateHost(uint64_t bytes) override { return AllocateAlignedHost(bytes); }
+  void FreeHost(uint8_t* p) noexcept override { FreeAlignedHost(p); }
 
   void CopyToDevice(const uint8_t*, uint8_t*, uint64_t, int) override {
     throw Error(ErrorKind::kInvalidArgument, "the CPU copy engine got a device destination");

@@ -1,6 +1,8 @@
 // The CUDA copy engine: cudaMemcpyAsync from pinned ring slots on a stream of our own per device,
 // one event per slot and device; a slot goes back to the readers once its events have fired, so
-// reading the next slots overlaps the DMA of the previous ones.
+// reading the next slots overlaps the DMA of the previous ones. On devices that read pageable
+// memory through the host's page tables the slots are plain memory, and raw chunks are copied
+// from the file's mapping instead (ReadsPageableHost; docs/unified-memory.md).
 //
 // Torch-free, and built without CUDA headers: the runtime is loaded when the first engine is made
 // (cudart_loader.h), so every build has this engine. The torch-facing layer hands it the streams
@@ -37,6 +39,8 @@ class CudaCopyEngine final : public CopyEngine {
     if (devices.size() > 64) throw Error(ErrorKind::kInvalidArgument, "more than 64 CUDA devices in one load");
     try {
       for (const CudaDevice& device : devices) AddDevice(device, slots);
+      reads_pageable_ = !devices_.empty();
+      for (const PerDevice& d : devices_) reads_pageable_ = reads_pageable_ && ReadsPageable(d.device);
     } catch (...) {
       Destroy();
       throw;
@@ -45,12 +49,19 @@ class CudaCopyEngine final : public CopyEngine {
   ~CudaCopyEngine() override { Destroy(); }
 
   uint8_t* AllocateHost(uint64_t bytes) override {
+    // A device that reads pageable memory needs no page-locked slots: plain memory, never the
+    // pinned cache (page-locking synchronizes the device and pins memory the load does not need).
+    if (reads_pageable_) return AllocateAlignedHost(bytes);
     // Made with the first destination device current, so no context is created on a device the
     // load does not use (pinned memory is portable: every device's copies may read it).
     if (!devices_.empty()) UseDevice(cuda_, devices_[0].device);
     return PinnedCache::Global().Take(bytes);
   }
-  void FreeHost(uint8_t* p) noexcept override { PinnedCache::Global().Give(p); }
+  void FreeHost(uint8_t* p) noexcept override {
+    if (reads_pageable_) return FreeAlignedHost(p);
+    PinnedCache::Global().Give(p);
+  }
+  bool ReadsPageableHost() const override { return reads_pageable_; }
 
   void CopyToDevice(const uint8_t* src, uint8_t* dst, uint64_t bytes, int device) override {
     size_t k = IndexOf(device);
@@ -122,6 +133,21 @@ class CudaCopyEngine final : public CopyEngine {
     CudaCheck(cuda_, e, "cudaStreamWaitEvent (the caller's stream)");
   }
 
+  // Both attributes: pageable memory is accessed coherently (88), and through the host's page
+  // tables (100: ATS, so a copy from it is the device's own read, with no driver staging; HMM
+  // over PCIe says 88 alone, and its copies from pageable memory are staged by the driver).
+  bool ReadsPageable(int device) const {
+    for (int attribute : {kCudaDevAttrPageableMemoryAccess, kCudaDevAttrPageableMemoryAccessUsesHostPageTables}) {
+      int value = 0;
+      if (cuda_.DeviceGetAttribute(&value, attribute, device) != kCudaSuccess) {
+        (void)cuda_.GetLastError();  // an attribute this runtime does not know: not such a device
+        return false;
+      }
+      if (value != 1) return false;
+    }
+    return true;
+  }
+
   size_t IndexOf(int device) const {
     for (size_t k = 0; k < devices_.size(); ++k)
       if (devices_[k].device == device) return k;
@@ -160,6 +186,7 @@ class CudaCopyEngine final : public CopyEngine {
   std::vector<PerDevice> devices_;
   std::vector<uint64_t> touched_;  // per slot: bit k set when device k copied from it
   uint64_t current_ = 0;           // devices touched by the slot being delivered
+  bool reads_pageable_ = false;    // every device reads pageable host memory (ReadsPageableHost)
   std::deque<unsigned> in_flight_;
 };
 

@@ -22,6 +22,7 @@ namespace {
 struct Filled {
   size_t batch = 0;
   int slot = -1;  // -1: read straight into destinations
+  const uint8_t* bytes = nullptr;  // the slot's, or the batch's bytes in the file's mapping
 };
 
 // Everything the threads of one run share.
@@ -30,7 +31,7 @@ class Run {
   Run(const Plan& plan, const Destinations& d, const ChunkReader& reader, CopyEngine& engine,
       const PipelineConfig& config, TimeSplit& split, const StagingHooks& staging, Ring& ring)
       : plan_(plan), d_(d), reader_(reader), engine_(engine), config_(config), split_(split), staging_(staging),
-        ring_(ring), received_(d.staged_bytes.size(), 0) {}
+        ring_(ring), received_(d.staged_bytes.size(), 0), batch_in_mapping_(ring.slots(), -1) {}
 
   // First error wins; then Stop().
   void Fail(std::exception_ptr e) {
@@ -70,8 +71,8 @@ class Run {
           if (!s) return;
           slot = static_cast<int>(*s);
         }
-        reader_.Read(batch, plan_, d_, slot >= 0 ? ring_.data(static_cast<unsigned>(slot)) : nullptr);
-        if (!filled_.Push({b, slot})) return;
+        const uint8_t* bytes = reader_.Read(batch, plan_, d_, slot >= 0 ? ring_.data(static_cast<unsigned>(slot)) : nullptr);
+        if (!filled_.Push({b, slot, bytes})) return;
       }
     } catch (...) {
       Fail(std::current_exception());
@@ -97,26 +98,37 @@ class Run {
           if (!item) return;  // closed: a reader failed
         }
         const Batch& batch = plan_.batches[item->batch];
-        if (item->slot >= 0) Deliver(batch, static_cast<unsigned>(item->slot));
+        if (item->slot >= 0) Deliver(batch, static_cast<unsigned>(item->slot), item->bytes);
         ++completed;
         done_bytes += batch.raw_bytes;
         if (config_.progress) config_.progress(done_bytes, plan_.raw_bytes);
       }
+      // The last slots' copies, and the checks that follow them for batches left in the mapping.
+      while (engine_.HasInFlight()) ReclaimSlots(true);
     } catch (...) {
       Fail(std::current_exception());
     }
   }
 
  private:
+  // Slots whose copies have completed go back to the readers; a batch the devices copied from the
+  // file's mapping is checked there again first (ChunkReader::CheckAfterCopy).
   void ReclaimSlots(bool wait) {
     reclaimed_.clear();
     engine_.Reclaim(wait, &reclaimed_);
-    for (unsigned s : reclaimed_) ring_.Release(s);
+    for (unsigned s : reclaimed_) {
+      if (int64_t b = batch_in_mapping_[s]; b >= 0) {
+        batch_in_mapping_[s] = -1;
+        reader_.CheckAfterCopy(plan_.batches[static_cast<size_t>(b)], d_);
+      }
+      ring_.Release(s);
+    }
   }
 
-  void Deliver(const Batch& batch, unsigned slot) {
+  // `base`: the batch's bytes, in `slot` or in the file's mapping (ChunkReader::CopyFromMapping);
+  // either way the slot goes back to the readers once the copies reading them have completed.
+  void Deliver(const Batch& batch, unsigned slot, const uint8_t* base) {
     TimeSplit::Scope timed(split_, TimeSplit::kCopy);
-    const uint8_t* base = ring_.data(slot);
     for (uint64_t i = batch.first; i < batch.last; ++i) {
       for (const Piece& p : d_.of(i)) {
         const uint8_t* src = base + plan_.slot_offset[i] + p.chunk_offset;
@@ -133,6 +145,7 @@ class Run {
       }
     }
     engine_.EndSlot(slot);
+    if (reader_.InMapping(batch)) batch_in_mapping_[slot] = &batch - plan_.batches.data();
   }
 
   const Plan& plan_;
@@ -150,6 +163,7 @@ class Run {
   std::exception_ptr error_;
   std::vector<uint64_t> received_;  // per staging id
   std::vector<unsigned> reclaimed_;
+  std::vector<int64_t> batch_in_mapping_;  // per slot: the batch its copies read from the mapping, or -1
 };
 
 }  // namespace

@@ -76,6 +76,9 @@ LoadStats StreamChunks(const Container& c, const Destinations& d, const LoadOpti
   Plan plan = MakePlan(c, d, po);
 
   std::unique_ptr<CopyEngine> engine = cuda_devices.empty() ? MakeCpuCopyEngine() : MakeCudaCopyEngine(cuda_devices, sizes.slots);
+  // Devices that read pageable memory take raw chunks straight from the file's mapping, checked
+  // there, instead of through ring slots (docs/unified-memory.md).
+  if (engine->ReadsPageableHost()) reader.CopyFromMapping();
   PipelineConfig config;
   config.threads = sizes.threads;
   config.slots = sizes.slots;

@@ -33,6 +33,7 @@ struct Op {
   uint64_t bytes = 0;
   int value = 0;
   bool checked = false;     // an async host-to-device copy: source checked when it runs
+  bool pageable = false;    // ... from pageable memory (Config::pageable_access): no allocation to track
   bool to_host = false;     // an async device-to-host copy: src_alloc a device allocation, dst_alloc a pinned one
   uint64_t src_alloc = 0;   // id of the pinned allocation holding the source
   uint64_t src_hash = 0;    // its bytes when the copy was queued
@@ -155,7 +156,8 @@ std::string Hex(const void* p) {
 void Execute(State& s, CUstream_st* st, Op& op, std::unique_lock<std::mutex>& lock) {
   switch (op.kind) {
     case Op::kCopy: {
-      bool src_live = op.to_host ? Live(s.device_memory, op.src_alloc) : !op.checked || Live(s.pinned, op.src_alloc);
+      bool src_live = op.to_host ? Live(s.device_memory, op.src_alloc)
+                                 : !op.checked || op.pageable || Live(s.pinned, op.src_alloc);
       bool dst_live = op.to_host ? Live(s.pinned, op.dst_alloc) : op.dst_alloc == 0 || Live(s.device_memory, op.dst_alloc);
       lock.unlock();
       if (!src_live) {
@@ -178,6 +180,7 @@ void Execute(State& s, CUstream_st* st, Op& op, std::unique_lock<std::mutex>& lo
         auto& c = s.devices[static_cast<size_t>(st->device)].counters;
         ++c.copies;
         c.copy_bytes += op.bytes;
+        if (op.pageable) c.pageable_copy_bytes += op.bytes;
       }
       return;
     }
@@ -417,6 +420,16 @@ const char* cudaGetErrorString(cudaError_t error) {
   }
 }
 
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.m);
+  if (value == nullptr || device < 0 || device >= static_cast<int>(s.devices.size())) return Fail(cudaErrorInvalidDevice);
+  // The attributes the engine asks about; any other is 0 (a device without the feature).
+  *value = (attr == cudaDevAttrPageableMemoryAccess || attr == cudaDevAttrPageableMemoryAccessUsesHostPageTables) &&
+           s.config.pageable_access;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.m);
@@ -640,12 +653,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
                      std::to_string(st->device) + ": not inside a live allocation of that device");
     return Fail(cudaErrorInvalidValue);
   }
-  if (source == nullptr) {
+  if (source == nullptr && !s.config.pageable_access) {
     Violation(s, "cudaMemcpyAsync from " + Hex(src) + ": not pinned memory (the copy would be synchronous)");
     return Fail(cudaErrorInvalidValue);
   }
-  Op op{.kind = Op::kCopy, .dst = dst, .src = src, .bytes = count, .checked = true, .src_alloc = source->second.id,
-        .dst_alloc = target->second.id};
+  Op op{.kind = Op::kCopy, .dst = dst, .src = src, .bytes = count, .checked = true, .pageable = source == nullptr,
+        .src_alloc = source == nullptr ? 0 : source->second.id, .dst_alloc = target->second.id};
   lock.unlock();
   op.src_hash = XXH3_64bits(src, count);  // the caller owns the slot until this call returns
   lock.lock();

@@ -8,6 +8,7 @@
 //     the copy is a violation if that memory was freed, or its bytes changed, between enqueue and
 //     execution (a ring slot refilled before its copy ran); device-to-host ones (a save's ring)
 //     must target pinned memory and write it only when they run;
+//   - with Config::pageable_access, the source may be pageable memory too (a file's mapping);
 //   - an event recorded on a stream of another device is an error (cudaErrorInvalidResourceHandle);
 //   - cudaHostAlloc/cudaFreeHost/cudaFree synchronize (every stream, counted as implicit syncs);
 //   - the legacy default stream (0) serializes with the blocking streams of its device;
@@ -27,6 +28,12 @@ struct Config {
   uint64_t device_bytes = 1ull << 30;  // per device; cudaMalloc fails beyond it
   uint64_t pinned_bytes = 0;           // pinned host memory limit (0: none)
   unsigned max_delay_us = 300;         // each stream operation waits 0..this before it runs
+  // Devices read pageable host memory through the host's page tables (Grace Hopper):
+  // cudaDeviceGetAttribute says 1 for cudaDevAttrPageableMemoryAccess (88) and
+  // ...UsesHostPageTables (100), and a cudaMemcpyAsync may read any host memory, still checked
+  // for bytes rewritten between enqueue and execution. Otherwise both say 0 and such a source
+  // is a violation.
+  bool pageable_access = false;
   uint64_t seed = 1;
 };
 
@@ -43,6 +50,7 @@ struct DeviceCounters {
   uint64_t events_alive = 0;
   uint64_t copies = 0;            // host-to-device copies executed
   uint64_t copy_bytes = 0;
+  uint64_t pageable_copy_bytes = 0;  // of copy_bytes, read from pageable (not pinned) memory
 };
 
 struct Counters {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -654,6 +655,127 @@ TEST_F(Sim, LastPieceOfALargeChunkIsCheckedOnTheDevicePath) {
       EXPECT_EQ(st.hash_seconds, 0.0);
     }
   }
+}
+
+// A device that reads pageable host memory through the host's page tables (Grace Hopper: the
+// simulator's Config::pageable_access, cudaDeviceGetAttribute 88 and 100): raw chunks go to the
+// devices straight from the file's mapping, checked there, with no ring slot filled (nothing is
+// read: the time split has hashing and copying only) and no pinned memory at all; zstd chunks
+// are decoded into plain host slots. The bytes are the file's, bit for bit, and a flipped byte
+// still stops the load naming its chunk and storage. The same device without the attributes keeps
+// the pinned ring.
+TEST_F(Sim, DeviceReadingPageableMemoryCopiesFromTheMapping) {
+  cudasim::Config unified = SimConfig(2);
+  unified.pageable_access = true;
+  for (int zstd : {0, 3}) {
+    Sample sample(64 << 10, zstd);
+    auto c = Container::Open(sample.path);
+    for (int devices : {1, 2}) {
+      for (ReadMethod method : {ReadMethod::kPread, ReadMethod::kMmap}) {
+        SCOPED_TRACE(std::to_string(devices) + " device(s), " + ReadMethodName(method) + (zstd ? ", zstd" : ", raw"));
+        Restart(devices, unified);
+        Target target(*c, devices, /*mixed=*/devices == 2, /*split=*/false);
+        LoadOptions o;
+        o.threads = 3;
+        o.slots = 2;
+        o.slot_bytes = 128 << 10;
+        o.method = method;
+        LoadStats st = loader::StreamChunks(*c, target.destinations(), o, target.devices(devices));
+        EXPECT_EQ(target.Check(), "");
+        cudasim::Counters n = cudasim::Read();
+        EXPECT_EQ(n.pinned_allocs, 0u) << "pinned memory on a device that reads pageable memory";
+        uint64_t copied = 0, pageable = 0;
+        for (const auto& d : n.devices) {
+          copied += d.copy_bytes;
+          pageable += d.pageable_copy_bytes;
+        }
+        EXPECT_GT(copied, 0u);
+        EXPECT_EQ(pageable, copied);
+        EXPECT_GT(st.hash_seconds, 0.0);
+        if (zstd == 0 && devices == 1) {  // with 2, host storages beside them are read
+          EXPECT_EQ(st.read_seconds, 0.0) << "raw chunks were read into slots";
+        }
+      }
+    }
+  }
+
+  Sample sample(64 << 10, 0);
+  auto good = Container::Open(sample.path);
+  // Without the attributes: the ring is pinned and filled by reads.
+  Restart(1);
+  {
+    Target target(*good, 1, false, false);
+    LoadOptions o;
+    o.slots = 2;
+    o.slot_bytes = 128 << 10;
+    LoadStats st = loader::StreamChunks(*good, target.destinations(), o, target.devices(1));
+    EXPECT_EQ(target.Check(), "");
+    EXPECT_GT(cudasim::Read().pinned_allocs, 0u);
+    EXPECT_EQ(cudasim::Read().devices[0].pageable_copy_bytes, 0u);
+    EXPECT_GT(st.read_seconds, 0.0);
+  }
+
+  const std::string bad = sample.dir.File("bad.zckpt");
+  uint64_t victim = hardening::CopyWithCorruptMiddleChunk(sample.path, bad, 11, 0x10);
+  auto c = Container::Open(bad);
+  const std::string storage = "storage '" + c->ChunkError(ErrorKind::kCorrupt, victim, "").place().storage + "'";
+  Restart(1, unified);
+  for (unsigned readers : {1u, 4u}) {
+    SCOPED_TRACE(std::to_string(readers) + " readers");
+    Target target(*good, 1, false, false);
+    LoadOptions o;
+    o.threads = readers;
+    o.slots = 2;
+    o.slot_bytes = 128 << 10;
+    try {
+      loader::StreamChunks(*c, target.destinations(), o, target.devices(1));
+      ADD_FAILURE() << "a corrupt chunk went unnoticed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+      EXPECT_NE(std::string(e.what()).find("chunk " + std::to_string(victim) + ","), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(storage), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(cudasim::Read().pinned_allocs, 0u);
+
+  // A byte of the first batch rewritten in place once its copies were issued (from the progress
+  // callback, which runs right after a batch is handed to the engine and before its slot is
+  // reclaimed): whichever bytes the device read, the check after the copy sees the new ones.
+  const std::string racing = sample.dir.File("racing.zckpt");
+  testing::WriteFileBytes(racing, testing::ReadFileBytes(sample.path));
+  auto r = Container::Open(racing);
+  const uint64_t at = r->chunk(0).offset + 5;
+  Restart(1, unified);
+  Target target(*good, 1, false, false);
+  LoadOptions o;
+  o.threads = 1;
+  o.slots = 2;
+  o.slot_bytes = 128 << 10;
+  bool flipped = false;
+  o.progress = [&](uint64_t, uint64_t) {
+    if (flipped) return;
+    flipped = true;
+    std::vector<uint8_t> bytes = testing::ReadFileBytes(racing);
+    bytes[at] ^= 0x01;
+    FILE* f = std::fopen(racing.c_str(), "r+b");  // in place: the same inode, the mapping sees it
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(at), SEEK_SET);
+    std::fputc(bytes[at], f);
+    std::fclose(f);
+  };
+  try {
+    loader::StreamChunks(*r, target.destinations(), o, target.devices(1));
+    ADD_FAILURE() << "bytes rewritten during the copy went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chunk 0,"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("written in place during the load"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(flipped);
+  // Where the copy ran after the rewrite, the simulator saw its source change under it: that is
+  // the race this check is for, not a misuse by the engine.
+  for (const std::string& v : cudasim::TakeViolations())
+    EXPECT_NE(v.find("was rewritten between enqueue and execution"), std::string::npos) << v;
 }
 
 TEST_F(Sim, CancelStopsEveryThreadAndCopy) {
