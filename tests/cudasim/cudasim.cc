@@ -91,7 +91,13 @@ struct State {
   cudasim::Counters counters;
   std::vector<std::string> violations;
 
-  State() { devices.resize(1); }
+  // A process that never calls Reset (a Python test through ctypes) asks for a device that reads
+  // pageable memory with ZCKPT_SIM_PAGEABLE_ACCESS=1.
+  State() {
+    devices.resize(1);
+    const char* env = std::getenv("ZCKPT_SIM_PAGEABLE_ACCESS");
+    config.pageable_access = env != nullptr && std::string(env) == "1";
+  }
 };
 
 State& S() {
@@ -707,6 +713,13 @@ extern "C" uint64_t cudasim_copy_bytes(int device) {
   cudasim::Counters c = cudasim::Read();
   return device >= 0 && static_cast<size_t>(device) < c.devices.size() ? c.devices[device].copy_bytes : 0;
 }
+
+extern "C" uint64_t cudasim_pageable_copy_bytes(int device) {
+  cudasim::Counters c = cudasim::Read();
+  return device >= 0 && static_cast<size_t>(device) < c.devices.size() ? c.devices[device].pageable_copy_bytes : 0;
+}
+
+extern "C" uint64_t cudasim_pinned_allocs() { return cudasim::Read().pinned_allocs; }
 
 extern "C" uint64_t cudasim_violation_count() {
   State& s = S();

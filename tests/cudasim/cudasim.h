@@ -32,7 +32,7 @@ struct Config {
   // cudaDeviceGetAttribute says 1 for cudaDevAttrPageableMemoryAccess (88) and
   // ...UsesHostPageTables (100), and a cudaMemcpyAsync may read any host memory, still checked
   // for bytes rewritten between enqueue and execution. Otherwise both say 0 and such a source
-  // is a violation.
+  // is a violation. A process that never calls Reset starts with ZCKPT_SIM_PAGEABLE_ACCESS=1's.
   bool pageable_access = false;
   uint64_t seed = 1;
 };
@@ -71,4 +71,6 @@ std::vector<std::string> TakeViolations();
 // tests/python/test_core_cuda.py): host-to-device bytes copied to `device` so far, and the
 // violations caught so far (not cleared).
 extern "C" uint64_t cudasim_copy_bytes(int device);
+extern "C" uint64_t cudasim_pageable_copy_bytes(int device);  // of those, from pageable memory
+extern "C" uint64_t cudasim_pinned_allocs();
 extern "C" uint64_t cudasim_violation_count();

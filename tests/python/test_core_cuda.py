@@ -22,10 +22,10 @@ NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
 pytestmark = pytest.mark.skipif(not os.path.exists(SIM), reason="no tests/cudasim build (no CUDA runtime headers)")
 
 
-def _run(code, cwd, cudart=SIM):
+def _run(code, cwd, cudart=SIM, **env_vars):
     """`code` in a fresh interpreter where torch cannot be imported, after DEVICE_HELPERS, with
-    ZCKPT_CUDART=`cudart`."""
-    env = dict(os.environ, ZCKPT_CUDART=cudart)
+    ZCKPT_CUDART=`cudart` and `env_vars`."""
+    env = dict(os.environ, ZCKPT_CUDART=cudart, **env_vars)
     r = subprocess.run([sys.executable, "-c", NO_TORCH + DEVICE_HELPERS + textwrap.dedent(code)], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
@@ -53,6 +53,8 @@ def free(ptr):
     assert sim.cudaFree(ctypes.c_void_p(ptr)) == 0
 sim.cudasim_copy_bytes.restype = ctypes.c_uint64
 sim.cudasim_violation_count.restype = ctypes.c_uint64
+sim.cudasim_pageable_copy_bytes.restype = ctypes.c_uint64
+sim.cudasim_pinned_allocs.restype = ctypes.c_uint64
 """
 
 
@@ -148,6 +150,50 @@ def test_a_corrupt_chunk_on_the_device_path_fails_the_load(container, tmp_path):
     """, tmp_path)
     assert r.stdout.startswith("CorruptError"), r.stdout + r.stderr[-2000:]
     assert str(bad) in r.stdout
+
+
+def test_a_device_reading_pageable_memory_is_filled_from_the_file_mapping(container, tmp_path):
+    """A simulated device that reads pageable memory through the host's page tables (Grace
+    Hopper; ZCKPT_SIM_PAGEABLE_ACCESS=1): every tensor copied from pageable memory (the file's
+    mapping; nothing pinned), bit for bit the host load's bytes; a flipped byte is refused naming
+    its storage."""
+    bad = tmp_path / "bad.zckpt"
+    bad.write_bytes((container / "m.zckpt").read_bytes())
+    storage = ls_json(bad)["storages"][0]
+    with open(bad, "r+b") as f:
+        f.seek(storage["offset"] + (4 << 20) + 17)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+    r = _run(f"""
+        ckpt = core.open({str(container / 'm.zckpt')!r})
+        recs = ckpt.tensor_records()
+        expect = {{}}
+        for rec in recs:
+            n = rec["byte_end"] - rec["byte_begin"]
+            buf = bytearray(n)
+            ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"],
+                               ctypes.addressof((ctypes.c_char * n).from_buffer(buf)), -1)], {{}})
+            expect[rec["name"]] = bytes(buf)
+        dev = [(rec, malloc(rec["byte_end"] - rec["byte_begin"])) for rec in recs]
+        ckpt.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], p, 0) for rec, p in dev], {{0: 0}})
+        print("equal", all(to_host(p, rec["byte_end"] - rec["byte_begin"]) == expect[rec["name"]] for rec, p in dev))
+        copied, pageable = sim.cudasim_copy_bytes(0), sim.cudasim_pageable_copy_bytes(0)
+        print("pageable", copied > 12 << 20 and pageable == copied, "pinned", sim.cudasim_pinned_allocs())
+        bad = core.open({str(bad)!r})
+        try:
+            bad.load_ranges([(rec["storage"], rec["byte_begin"], rec["byte_end"], p, 0) for rec, p in dev], {{0: 0}})
+            print("loaded")
+        except Exception as e:
+            print(type(e).__name__, e)
+        for _, p in dev:
+            free(p)
+        print("violations", sim.cudasim_violation_count())
+    """, container, ZCKPT_SIM_PAGEABLE_ACCESS="1")
+    lines = r.stdout.split("\n")
+    assert "equal True" in lines and "pageable True pinned 0" in lines and "violations 0" in lines, r.stdout
+    corrupt = [line for line in lines if line.startswith("CorruptError")]
+    assert corrupt and f"storage '{storage['key']}'" in corrupt[0] and str(bad) in corrupt[0], r.stdout + r.stderr[-2000:]
 
 
 def test_a_device_without_a_stream_is_refused_before_any_byte_moves(container):
