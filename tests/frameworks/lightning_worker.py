@@ -1,0 +1,84 @@
+"""One Lightning run of tests/frameworks/test_lightning.py, in a process of its own (the resume must
+be a new process; Lightning's DDP launcher runs this script again for each further rank):
+
+    python lightning_worker.py CONFIG.json
+
+CONFIG: package ("lightning.pytorch" or "pytorch_lightning"), io ("zckpt", "zckpt-async" or
+"default": Lightning's own TorchCheckpointIO), epochs (max_epochs), ckpt_dir (ModelCheckpoint's
+dirpath: top-k 2 by train_loss, last.ckpt a link), resume (ckpt_path for fit, or null), devices
+(1, or 2 for DDP over gloo) and out: rank 0 writes there {"losses": [per step], "params":
+{name: list}} as JSON (float.hex, so equal means bit-identical), or {"error": type, "message",
+"file", "chunk"} when fit raised (exit 3).
+"""
+import importlib
+import json
+import os
+import sys
+
+import torch
+
+STEPS_PER_EPOCH = 4  # batches of BATCH rows per epoch (per rank under DDP: the data is split)
+BATCH = 8
+FEATURES = 16
+
+
+def hexed(t):
+    return [float(x).hex() for x in t.detach().flatten().tolist()]
+
+
+def main():
+    config = json.load(open(sys.argv[1]))
+    pl = importlib.import_module(config["package"])
+    from zckpt.lightning import ZckptCheckpointIO
+
+    devices = config.get("devices", 1)
+
+    class Tiny(pl.LightningModule):
+        """A two-layer net with Adam and a step schedule, so that resuming needs the optimizer's
+        moments, its step count and the scheduler's state, not just the weights."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+            self.losses = []
+
+        def training_step(self, batch, _):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.losses.append(float(loss.detach()).hex())
+            self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=devices > 1)
+            return loss
+
+        def configure_optimizers(self):
+            opt = torch.optim.Adam(self.parameters(), lr=0.01)
+            return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)]
+
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS_PER_EPOCH * BATCH * devices, FEATURES),
+                                          torch.randn(STEPS_PER_EPOCH * BATCH * devices, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=False)
+    torch.manual_seed(1)
+    model = Tiny()
+    plugins = {"zckpt": [ZckptCheckpointIO()], "zckpt-async": [ZckptCheckpointIO(async_save=True)],
+               "default": []}[config["io"]]
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=config["ckpt_dir"], monitor="train_loss", save_top_k=2,
+                                              save_last="link", every_n_epochs=1)
+    trainer = pl.Trainer(max_epochs=config["epochs"], accelerator="cpu", devices=devices,
+                         strategy="ddp" if devices > 1 else "auto", plugins=plugins, callbacks=[checkpoint],
+                         logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         deterministic=True)
+    try:
+        trainer.fit(model, loader, ckpt_path=config.get("resume"))
+    except Exception as e:  # what the test expects of a damaged file, reported by rank 0
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            json.dump({"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
+                       "chunk": getattr(e, "chunk", None), "losses": model.losses}, open(config["out"], "w"))
+        sys.exit(3)
+    if trainer.global_rank == 0:
+        params = {name: hexed(p) for name, p in model.net.state_dict().items()}
+        json.dump({"losses": model.losses, "params": params, "global_step": trainer.global_step},
+                  open(config["out"], "w"))
+
+
+if __name__ == "__main__":
+    main()
