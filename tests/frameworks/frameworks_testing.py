@@ -12,8 +12,9 @@ from zckpt_testing import flip_byte, ls_json, run_cli  # noqa: E402
 
 # How long one worker process may take (a framework's import, a few tiny epochs, DDP's start).
 WORKER_TIMEOUT_S = 300
-# Two ranks on the CPU (gloo), any free port.
-TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0")
+# Two ranks on the CPU (gloo); --standalone rendezvous on a free local port (`--master_port 0` left the
+# workers hanging here).
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
 
 
 class Worker:

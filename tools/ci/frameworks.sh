@@ -16,9 +16,10 @@ BUILD=$ROOT/${ZCKPT_BUILD:-build}
 # name -> the pinned packages of its virtualenv (the versions docs/integrations.md says are tested).
 declare -A FRAMEWORKS=(
   [lightning]="lightning==2.6.6"
+  [transformers]="transformers==5.25.0 accelerate==1.16.0"
 )
 # The tests each virtualenv runs: test_<name>.py of tests/frameworks/.
-ORDER=(lightning)
+ORDER=(lightning transformers)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zckpt-frameworks.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)

@@ -1,0 +1,91 @@
+"""One Hugging Face Trainer run of tests/frameworks/test_transformers.py, in a process of its own
+(under torchrun for two ranks):
+
+    python transformers_worker.py CONFIG.json
+
+CONFIG: io ("zckpt": the Trainer passed through zckpt.transformers.use_zckpt, or "default"),
+output_dir, stop_at (the step after whose checkpoint the run stops, or null to run all MAX_STEPS),
+resume (resume_from_checkpoint, or null) and out: rank 0 writes there {"losses": [per step],
+"params": {name: list}} as JSON (float.hex, so equal means bit-identical), or {"error": type,
+"message", "file", "chunk", "losses"} when train raised (exit 3).
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+
+MAX_STEPS = 12
+SAVE_STEPS = 4
+EXAMPLES = 24  # 6 steps of BATCH per epoch on one rank: checkpoints fall inside and across epochs
+BATCH = 4
+TOKENS = 16
+
+
+class RecordingTrainer(transformers.Trainer):
+    """A subclass, as TRL's trainers are: records every step's loss."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.losses = []
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        self.losses.append(float((loss[0] if isinstance(loss, tuple) else loss).detach()).hex())
+        return loss
+
+
+class StopAfter(transformers.TrainerCallback):
+    """Stops training once the checkpoint of step `step` is written (an interrupted run)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control
+
+
+def tiny_model():
+    config = transformers.GPT2Config(vocab_size=64, n_positions=TOKENS, n_embd=16, n_layer=2, n_head=2, bos_token_id=0,
+                                     eos_token_id=0)
+    torch.manual_seed(1)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def dataset():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 64, (EXAMPLES, TOKENS), generator=g)
+    return [{"input_ids": row, "labels": row} for row in ids]
+
+
+def main():
+    config = json.load(open(sys.argv[1]))
+    from zckpt.transformers import use_zckpt
+
+    args = transformers.TrainingArguments(
+        output_dir=config["output_dir"], max_steps=MAX_STEPS, per_device_train_batch_size=BATCH,
+        save_strategy="steps", save_steps=SAVE_STEPS, learning_rate=1e-2, warmup_steps=2,
+        lr_scheduler_type="linear", weight_decay=0.01, seed=42, use_cpu=True, report_to=[],
+        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+    callbacks = [StopAfter(config["stop_at"])] if config.get("stop_at") else []
+    trainer = RecordingTrainer(model=tiny_model(), args=args, train_dataset=dataset(), callbacks=callbacks)
+    if config["io"] == "zckpt":
+        assert use_zckpt(trainer) is trainer
+    try:
+        trainer.train(resume_from_checkpoint=config.get("resume"))
+    except Exception as e:  # what the test expects of a damaged file, reported by rank 0
+        if trainer.args.process_index == 0:
+            json.dump({"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
+                       "chunk": getattr(e, "chunk", None), "losses": trainer.losses}, open(config["out"], "w"))
+        sys.exit(3)
+    if trainer.args.process_index == 0:
+        params = {n: [float(x).hex() for x in p.detach().flatten().tolist()] for n, p in trainer.model.state_dict().items()}
+        json.dump({"losses": trainer.losses, "params": params, "global_step": trainer.state.global_step},
+                  open(config["out"], "w"))
+
+
+if __name__ == "__main__":
+    main()
