@@ -17,9 +17,10 @@ BUILD=$ROOT/${ZCKPT_BUILD:-build}
 declare -A FRAMEWORKS=(
   [lightning]="lightning==2.6.6"
   [transformers]="transformers==5.25.0 accelerate==1.16.0"
+  [accelerate]="accelerate==1.16.0"
 )
 # The tests each virtualenv runs: test_<name>.py of tests/frameworks/.
-ORDER=(lightning transformers)
+ORDER=(lightning transformers accelerate)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zckpt-frameworks.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)
