@@ -3,6 +3,7 @@ of its own (Worker), checking that every file a framework wrote is a container `
 damaging one chunk of a container."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -31,9 +32,17 @@ class Worker:
         with open(cfg, "w") as f:
             json.dump(dict(config, out=out), f)
         launcher = TORCHRUN if ranks == 2 else (sys.executable,)
-        proc = subprocess.run([*launcher, self.script, cfg], capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+        # A session of its own, so that a run past its time is killed with every rank it started.
+        proc = subprocess.Popen([*launcher, self.script, cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            output += f"\n(killed after {WORKER_TIMEOUT_S} s)"
         result = json.load(open(out)) if os.path.exists(out) else None
-        return proc.returncode, result, proc.stdout + proc.stderr
+        return proc.returncode, result, output
 
     def ok(self, tmp_path, name, ranks=1, **config):
         """The JSON rank 0 wrote, of a run that must succeed (its output shown when it failed)."""

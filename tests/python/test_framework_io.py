@@ -1,0 +1,107 @@
+"""zckpt/_framework_io.py, which the framework integrations (zckpt.lightning, .transformers,
+.accelerate) stand on, without any framework: torch.save / torch.load routed through zckpt
+inside torch_io_through_zckpt, and torch's own functions back after it. The frameworks themselves
+are tests/frameworks (tools/ci/frameworks.sh)."""
+import io
+
+import pytest
+import torch
+
+import zckpt
+from zckpt import _framework_io as fio
+from zckpt_testing import flip_byte, ls_json, run_cli
+
+
+class NotData:
+    """An object off zckpt's allowlist: zckpt.save refuses it."""
+
+    def __init__(self, x):
+        self.x = x
+
+
+def state():
+    torch.manual_seed(0)
+    return {"w": torch.randn(8, 8), "b": torch.arange(5), "step": 3}
+
+
+def test_inside_the_block_torch_save_writes_a_container_torch_load_reads(tmp_path):
+    path = str(tmp_path / "optimizer.pt")
+    saved = state()
+    with fio.torch_io_through_zckpt():
+        torch.save(saved, path)
+        loaded = torch.load(path, weights_only=True)
+    assert fio.is_container(path)
+    assert run_cli("verify", path).returncode == 0
+    assert loaded.keys() == saved.keys() and loaded["step"] == 3
+    assert torch.equal(loaded["w"], saved["w"]) and torch.equal(loaded["b"], saved["b"])
+    with pytest.raises(Exception):  # outside the block, torch.load is torch's own again
+        torch.load(path, weights_only=True)
+
+
+def test_torch_save_files_and_file_objects_stay_torchs(tmp_path):
+    path = str(tmp_path / "old.pt")
+    saved = state()
+    torch.save(saved, path)  # a checkpoint from before zckpt was plugged in
+    buf = io.BytesIO()
+    with fio.torch_io_through_zckpt():
+        loaded = torch.load(path, weights_only=True)
+        torch.save(saved, buf)
+    assert not fio.is_container(path) and torch.equal(loaded["w"], saved["w"])
+    assert buf.getvalue()[:2] == b"PK"  # torch.save's zip, not a container
+    assert torch.equal(torch.load(io.BytesIO(buf.getvalue()), weights_only=True)["w"], saved["w"])
+
+
+def test_an_object_zckpt_refuses_is_written_by_torch_save(tmp_path):
+    path = str(tmp_path / "training_args.bin")
+    with fio.torch_io_through_zckpt():
+        torch.save(NotData(7), path)
+    with open(path, "rb") as f:
+        assert f.read(2) == b"PK"
+    assert torch.load(path, weights_only=False).x == 7
+    with pytest.raises(zckpt.UnsafeError):  # what the fallback stands on
+        zckpt.save(NotData(7), str(tmp_path / "direct.zckpt"))
+
+
+def test_torchs_functions_are_back_after_nested_blocks_and_errors():
+    save, load = torch.save, torch.load
+    with pytest.raises(RuntimeError, match="inner"):
+        with fio.torch_io_through_zckpt():
+            with fio.torch_io_through_zckpt():
+                assert torch.save is not save and torch.load is not load
+            assert torch.save is not save, "the inner block restored torch's functions too early"
+            raise RuntimeError("inner")
+    assert torch.save is save and torch.load is load
+
+
+def test_a_flipped_byte_raises_corrupt_error_naming_file_and_chunk(tmp_path):
+    path = str(tmp_path / "rng_state.pth")
+    with fio.torch_io_through_zckpt():
+        torch.save(state(), path)
+    record = ls_json(path)["storages"][0]
+    flip_byte(path, record["offset"] + record["bytes"] // 2)
+    with fio.torch_io_through_zckpt(), pytest.raises(zckpt.CorruptError) as e:
+        torch.load(path, weights_only=True)
+    assert e.value.file == path and e.value.chunk is not None and "chunk" in str(e.value)
+
+
+def test_wrap_methods_wraps_the_instance_once():
+    class Saver:
+        def save(self):
+            return torch.save
+
+    a, b = Saver(), Saver()
+    original = torch.save
+    fio.wrap_methods(a, ["save"])
+    wrapped = a.save
+    fio.wrap_methods(a, ["save"])
+    assert a.save is wrapped, "a second wrap_methods wrapped again"
+    assert a.save() is not original, "the wrapped method ran outside the block"
+    assert b.save() is original and b.save.__func__ is Saver.save, "another instance changed"
+    assert torch.save is original
+
+
+def test_is_container_of_missing_and_foreign_files(tmp_path):
+    assert not fio.is_container(str(tmp_path / "missing"))
+    assert not fio.is_container(str(tmp_path))
+    (tmp_path / "short").write_bytes(b"\x89ZC")
+    assert not fio.is_container(str(tmp_path / "short"))
