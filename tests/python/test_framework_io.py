@@ -105,3 +105,16 @@ def test_is_container_of_missing_and_foreign_files(tmp_path):
     assert not fio.is_container(str(tmp_path))
     (tmp_path / "short").write_bytes(b"\x89ZC")
     assert not fio.is_container(str(tmp_path / "short"))
+
+
+@pytest.mark.parametrize("module, framework", [("lightning", "lightning"), ("transformers", "transformers"),
+                                               ("accelerate", "accelerate")])
+def test_without_its_framework_an_integration_names_the_extra(module, framework):
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(framework) is not None:
+        pytest.skip(f"{framework} is installed here (tools/ci/frameworks.sh tests the integration with it)")
+    with pytest.raises(ImportError, match=rf"pip install zckpt\[{module}\]"):
+        integration = importlib.import_module(f"zckpt.{module}")
+        integration.use_zckpt(object())

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 PROJECT_VENV=${ZCKPT_VENV:-$HOME/.cache/zckpt/venv}
 CACHE=${ZCKPT_FRAMEWORKS_CACHE:-$HOME/.cache/zckpt/frameworks}
-BUILD=$ROOT/${ZCKPT_BUILD:-build}
+BUILD=$(realpath -m "${ZCKPT_BUILD:-build}")  # relative (to the checkout) or absolute
 # name -> the pinned packages of its virtualenv (the versions docs/integrations.md says are tested).
 declare -A FRAMEWORKS=(
   [lightning]="lightning==2.6.6"
@@ -46,8 +46,8 @@ venv() {
   echo "$dir"
 }
 
-if [ ! -x "$BUILD/tools/zckpt" ] || [ ! -d "$BUILD/src/python/zckpt" ]; then
-  log "no build in $BUILD (run tools/setup.sh first)"
+if [ ! -x "$BUILD/tools/zckpt" ] || [ ! -f "$BUILD/src/python/zckpt/libzckpt_core.so" ] || [ ! -x "$PROJECT_VENV/bin/python" ]; then
+  log "no build in $BUILD or no project virtualenv at $PROJECT_VENV (run tools/setup.sh first)"
   echo "0 passed, 1 failed, 0 skipped"
   exit 1
 fi
