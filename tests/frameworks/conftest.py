@@ -5,6 +5,7 @@ that was skipped here but one that runs in its own virtualenv."""
 import importlib.util
 
 # test file -> the module its framework must provide
-_NEEDS = {"test_lightning.py": "lightning", "test_transformers.py": "transformers", "test_accelerate.py": "accelerate"}
+_NEEDS = {"test_lightning.py": "lightning", "test_transformers.py": "transformers", "test_accelerate.py": "accelerate",
+          "test_verl.py": "verl"}
 
 collect_ignore = [f for f, module in _NEEDS.items() if importlib.util.find_spec(module) is None]

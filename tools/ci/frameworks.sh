@@ -18,9 +18,10 @@ declare -A FRAMEWORKS=(
   [lightning]="lightning==2.6.6"
   [transformers]="transformers==5.25.0 accelerate==1.16.0"
   [accelerate]="accelerate==1.16.0"
+  [verl]="verl==0.9.1"
 )
 # The tests each virtualenv runs: test_<name>.py of tests/frameworks/.
-ORDER=(lightning transformers accelerate)
+ORDER=(lightning transformers accelerate verl)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zckpt-frameworks.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)
@@ -59,8 +60,12 @@ for name in "${ORDER[@]}"; do
     failed_venvs=$((failed_venvs + 1))
     continue
   fi
-  env PYTHONPATH="$BUILD/src/python" ZCKPT_BIN="$BUILD/tools/zckpt" ZCKPT_BUILD_ROOT="$BUILD" \
-    "$dir/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$WORK/$name.xml" "$ROOT/tests/frameworks/test_$name.py" \
+  tests=("$ROOT/tests/frameworks/test_$name.py")
+  # verl also drives `zckpt reshard` / `merge` and transformers' from_pretrained through
+  # tools/examples/verl_reshard_check.py (a test of the main suite, skipped there without verl).
+  [ "$name" = verl ] && tests+=("$ROOT/tests/python/test_verl_reshard_real.py")
+  env PYTHONPATH="$BUILD/src/python" ZCKPT_BIN="$BUILD/tools/zckpt" ZCKPT_BUILD_ROOT="$BUILD" ZCKPT_VERL_PYTHON="$dir/bin/python" \
+    "$dir/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$WORK/$name.xml" "${tests[@]}" \
     2>&1 | sed "s/^/[frameworks] $name: /"
   log "$name: $(($(date +%s) - t0)) s"
 done
