@@ -6,11 +6,8 @@ I/O; a flipped byte stops every rank's resume. Also `zckpt merge --files optim` 
 FSDP1 wrote, at one rank and at two, against FSDP's own full_optim_state_dict.
 
 Run by tools/ci/frameworks.sh with a Python that has verl (its cached virtualenv)."""
-import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 
 import pytest
@@ -23,35 +20,13 @@ import zckpt  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import verl_worker  # noqa: E402
+import gloo_ranks  # noqa: E402
 
 WORLD_SIZES = (1, 2)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(phase, ws, root):
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "verl_worker.py"), str(r), str(ws), str(port), phase,
-                               root], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(ws)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    results = {}
-    for r in range(ws):
-        path = os.path.join(root, f"{phase}_rank{r}.json")
-        assert os.path.exists(path), f"rank {r} wrote no results: {outs[r][-3000:]}"
-        with open(path) as f:
-            results[r] = json.load(f)
-        assert "worker raised" not in results[r], results[r]["worker raised"]
-    return results
-
-
-def _cli(*args):
-    return subprocess.run([os.environ.get("ZCKPT_BIN", "zckpt"), *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return gloo_ranks.spawn(os.path.join(HERE, "verl_worker.py"), ws, phase, root)
 
 
 @pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda ws: f"ws{ws}")
@@ -91,12 +66,7 @@ def test_verl_resume_of_a_flipped_byte_stops_every_rank(saved, tmp_path):
         shutil.rmtree(bad, ignore_errors=True)
         shutil.copytree(verl_worker.actor_dir(root, strategy, "z"), bad)
         victim = os.path.join(bad, f"optim_world_size_{ws}_rank_{min(verl_worker.BAD_RANK, ws - 1)}.zckpt")
-        storage = max(json.loads(_cli("ls", "--json", victim).stdout)["storages"], key=lambda s: s["bytes"])
-        with open(victim, "r+b") as f:
-            f.seek(storage["offset"] + storage["bytes"] // 2)  # inside a chunk's payload (stored raw)
-            b = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([b[0] ^ 0x40]))
+        gloo_ranks.flip_chunk_byte(victim)
     results = _spawn("corrupt", ws, root)
     for r, res in results.items():
         for strategy in verl_worker.STRATEGIES:
@@ -118,7 +88,7 @@ def test_verl_fsdp1_merge_of_optim_equals_fsdp_full_optim_state_dict(saved, tmp_
             if isinstance(v, torch.Tensor)}
     for kind in ("pt", "z"):
         out = tmp_path / f"optim_{kind}.zckpt"
-        r = _cli("merge", verl_worker.actor_dir(root, "fsdp", kind), "--files", "optim", "-o", out)
+        r = gloo_ranks.cli("merge", verl_worker.actor_dir(root, "fsdp", kind), "--files", "optim", "-o", out)
         assert r.returncode == 0, r.stdout + r.stderr
         got = zckpt.load(out)
         assert sorted(got) == sorted(want), (kind, sorted(got)[:4], sorted(want)[:4])

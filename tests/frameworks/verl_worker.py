@@ -23,6 +23,8 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "examples"))
 from verl_real_check import build, step  # noqa: E402  (one tiny Llama and training step: the example's)
 
+from gloo_ranks import differs  # noqa: E402  (this folder: sys.path[0] of the script)
+
 STEPS_SAVED, STEPS_AFTER = 2, 2
 STRATEGIES = ("fsdp", "fsdp2")
 BAD_RANK = 1
@@ -56,21 +58,6 @@ def live(model, opt):
         for k, v in opt.state[p].items():
             moments[f"{i}.{k}"] = (v.to_local() if hasattr(v, "to_local") else v).clone()
     return {"params": params, "moments": moments, "lr": [g["lr"] for g in opt.param_groups]}
-
-
-def differs(a, b, path=""):
-    """None when equal bit for bit, else where they first differ."""
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or a.keys() != b.keys():
-            return f"{path}: keys differ"
-        for k in a:
-            d = differs(a[k], b[k], f"{path}.{k}")
-            if d:
-                return d
-        return None
-    if isinstance(a, torch.Tensor):
-        return None if isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b) else f"{path}: differs"
-    return None if a == b else f"{path}: {a!r} != {b!r}"
 
 
 def save_phase(rank, ws, root, results):
