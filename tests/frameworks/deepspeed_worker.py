@@ -1,6 +1,6 @@
 """Worker side of test_deepspeed.py (not a test module): gloo ranks running DeepSpeed's own engine
 (deepspeed.initialize, DS_ACCELERATOR=cpu) on a small MLP with torch's AdamW, for each CONFIGS
-entry (ZeRO stage 0, 1 and 2 in fp32, ZeRO 2 in bf16).
+entry (ZeRO stage 0, 1, 2 and 3 in fp32, ZeRO 2 in bf16).
 
 Phases (each rank writes ROOT/<phase>_rank<R>.json: check name -> None or the problem):
   save:    train STEPS_SAVED steps from seed 0 (each rank its own batches); save_checkpoint with
@@ -28,7 +28,7 @@ STEPS_SAVED, STEPS_AFTER = 3, 3
 TAG = "step3"
 BAD_RANK = 1
 # name -> (ZeRO stage, bf16). DeepSpeed's CPU accelerator has no fp16.
-CONFIGS = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero2_bf16": (2, True)}
+CONFIGS = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero2_bf16": (2, True), "zero3": (3, False)}
 BATCH, WIDTH = 4, 16
 
 
@@ -64,11 +64,13 @@ def train(engine, first_step, steps, rank):
 
 
 def live(engine):
-    """The module's parameters, the fp32 master partition ZeRO keeps (stage 1 and 2) and the
-    torch optimizer's state tensors, cloned; the step count."""
+    """The module's parameters (under ZeRO 3 this rank's empty placeholders), the fp32 master
+    partition ZeRO keeps and the torch optimizer's state tensors, cloned; the step count."""
     state = {"params": {k: v.detach().clone() for k, v in engine.module.named_parameters()},
              "global_steps": engine.global_steps}
-    for i, part in enumerate(getattr(engine.optimizer, "single_partition_of_fp32_groups", [])):
+    zero = engine.optimizer  # ZeRO 1 and 2, ZeRO 3: the fp32 master partition of each group
+    parts = getattr(zero, "single_partition_of_fp32_groups", getattr(zero, "fp32_partitioned_groups_flat", []))
+    for i, part in enumerate(parts):
         state[f"fp32_partition.{i}"] = part.detach().clone()
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)
     for i, p in enumerate(p for g in base.param_groups for p in g["params"]):

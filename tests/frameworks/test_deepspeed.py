@@ -1,6 +1,6 @@
 """`zckpt.deepspeed.use_zckpt(engine)` with DeepSpeed 0.19.8 itself (deepspeed.initialize's engine,
 its save_checkpoint and load_checkpoint, unedited) on DeepSpeed's CPU accelerator, two gloo ranks
-(deepspeed_worker.py): ZeRO stage 0, 1 and 2 in fp32 and ZeRO 2 in bf16, torch's AdamW. The save
+(deepspeed_worker.py): ZeRO stage 0, 1, 2 and 3 in fp32 and ZeRO 2 in bf16, torch's AdamW. The save
 writes a container for every file DeepSpeed's checkpoint engine is handed and no .pt; a resume in
 new processes through load_checkpoint continues bit for bit like the uninterrupted run, from the
 zckpt save and from a save made with DeepSpeed's default engine; a flipped byte makes the load
@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 import deepspeed_worker as worker  # noqa: E402
 import gloo_ranks  # noqa: E402
 
-WORLD_SIZE = 2  # ZeRO 1 and 2 partition the optimizer over the ranks: one file each
+WORLD_SIZE = 2  # ZeRO 1, 2 and 3 partition the optimizer over the ranks: one file each
 # Seconds a phase may take (a 2-core VM shared with builds takes ~30 s; the first run on a
 # machine also builds DeepSpeed's CPU communication extension, ~3 minutes).
 PHASE_TIMEOUT_S = 900
@@ -52,7 +52,11 @@ def test_deepspeed_save_writes_a_container_for_each_file_and_each_verifies(saved
     assert names == sorted(n[:-len(".pt")] + ".zckpt" for n in default), (names, default)
     stage, bf16 = worker.CONFIGS[config]
     optim = ("bf16_" if bf16 else "") + "zero_pp_rank_{}_mp_rank_00_optim_states.zckpt"
-    want = {"mp_rank_00_model_states.zckpt"} | ({optim.format(r) for r in range(WORLD_SIZE)} if stage else set())
+    if stage == 3:  # the module is partitioned too: each rank writes its part
+        want = {f"zero_pp_rank_{r}_mp_rank_00_model_states.zckpt" for r in range(WORLD_SIZE)}
+    else:
+        want = {"mp_rank_00_model_states.zckpt"}
+    want |= {optim.format(r) for r in range(WORLD_SIZE)} if stage else set()
     assert set(names) == want, names
     for name in names:
         assert zckpt.verify(os.path.join(folder, name)) is not None

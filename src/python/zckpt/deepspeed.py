@@ -7,7 +7,8 @@ else goes through it: save_16bit_model's file, MoE expert files) as a container 
 (zckpt.save of the same object torch.save would get: atomic, the pickle vetted on load) where
 DeepSpeed names NAME.pt. The name differs because DeepSpeed's own tools read the .pt files with
 torch.load, not through the engine (utils/zero_to_fp32.py, which the save copies beside the
-files, and checkpoint/ds_to_universal.py): they find no .pt instead of misreading a container.
+files and ZeRO 3's load_checkpoint(load_optimizer_states=False) calls, and
+checkpoint/ds_to_universal.py): they find no .pt instead of misreading a container.
 `latest` and zero_to_fp32.py stay DeepSpeed's own files.
 
 `engine.load_checkpoint` reads, for each NAME.pt DeepSpeed asks for, NAME.zckpt when it is
