@@ -6,6 +6,7 @@ import importlib.util
 
 # test file -> the module its framework must provide
 _NEEDS = {"test_lightning.py": "lightning", "test_transformers.py": "transformers", "test_accelerate.py": "accelerate",
-          "test_verl.py": "verl", "test_deepspeed.py": "deepspeed"}
+          "test_verl.py": "verl", "test_deepspeed.py": "deepspeed",
+          "test_torchtitan.py": "torchtitan"}
 
 collect_ignore = [f for f, module in _NEEDS.items() if importlib.util.find_spec(module) is None]
