@@ -167,7 +167,8 @@ struct MetadataRecord {
 // XXH3-64, seed 0, as the spec defines "checksum".
 uint64_t Checksum(const void* data, uint64_t size);
 // Which kernel XXH3 runs on this machine: "avx512", "avx2", "sse2" (xxHash's dispatcher's
-// choice, as CPUID tells it) or "portable" (no dispatcher in this build). For benchmark reports.
+// choice, as CPUID tells it), "neon" (AArch64, chosen at compile time) or "portable" (no
+// dispatcher in this build). For benchmark reports.
 const char* ChecksumKernel();
 
 }  // namespace zckpt::format

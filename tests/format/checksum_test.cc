@@ -74,6 +74,8 @@ TEST(Checksum, KernelMatchesTheCpu) {
     EXPECT_EQ(kernel, "avx2");
   else
     EXPECT_EQ(kernel, "sse2");
+#elif defined(__aarch64__)
+  EXPECT_EQ(kernel, "neon");
 #else
   EXPECT_EQ(kernel, "portable");
 #endif
