@@ -65,23 +65,13 @@ venv() {
   echo "$dir"
 }
 
+source tools/ci/wheel-checks.sh
+
 # The wheel, built once for /usr/bin/python3 (the Python of every virtualenv below).
 build_wheel() {
   bash tools/build-wheel.sh --python /usr/bin/python3 --out "$WORK/dist" || return 1
   WHEEL=$(ls "$WORK"/dist/zckpt-*-manylinux_2_28_x86_64.whl) || return 1
-  echo "ok wheel_built $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
-  # Every ELF file inside needs glibc's libraries alone (what auditwheel's policy allows and more
-  # strictly: no libstdc++, no libz, no libcurl).
-  rm -rf "$WORK/unpacked" && mkdir -p "$WORK/unpacked" && (cd "$WORK/unpacked" && /usr/bin/python3 -m zipfile -e "$WHEEL" .)
-  local f needed bad=""
-  while IFS= read -r f; do
-    needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-    echo "  ${f#"$WORK/unpacked/"}: $needed"
-    for lib in $needed; do
-      case $lib in libc.so.6|libm.so.6|libpthread.so.0|libdl.so.2|librt.so.1|ld-linux-x86-64.so.2) ;; *) bad+=" $lib" ;; esac
-    done
-  done < <(find "$WORK/unpacked" -type f \( -name '*.so' -o -path '*/bin/*' \))
-  [ -z "$bad" ] && echo "ok wheel_needs_glibc_only" || echo "FAIL wheel_needs_glibc_only:$bad"
+  check_wheel "$WHEEL" x86_64 "$WORK/unpacked"
 }
 count wheel build_wheel
 WHEEL=$(ls "$WORK"/dist/zckpt-*-manylinux_2_28_x86_64.whl 2>/dev/null | head -n1)

@@ -16,6 +16,9 @@ import time
 import traceback
 
 failed = 0
+# How long `import zckpt` may take in a fresh interpreter: what a CLI wrapper can afford on a
+# native machine. tools/ci/platforms.sh raises it under qemu, where every instruction is emulated.
+IMPORT_SECONDS = float(os.environ.get("ZCKPT_CHECKS_IMPORT_SECONDS", "1.0"))
 PYPROJECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pyproject.toml")
 
 
@@ -79,7 +82,7 @@ def fresh_import_seconds():
 def import_check():
     seconds, torch_imported = fresh_import_seconds()
     assert not torch_imported, "import zckpt imported torch"
-    assert seconds < 1.0, f"import zckpt took {seconds:.2f} s"
+    assert seconds < IMPORT_SECONDS, f"import zckpt took {seconds:.2f} s (limit {IMPORT_SECONDS} s)"
 
 
 def torch_checks(d):
@@ -147,17 +150,28 @@ def torch_checks(d):
     check("dcp_save_load", dcp_save_load)
 
     def vllm_entry_point():
-        # The build folder has no dist-info, so importlib.metadata knows no entry point here
-        # (test-install's pip part installs the metadata): what pyproject.toml's
-        # [project.entry-points."vllm.general_plugins"] names is imported and must be callable.
+        # What vLLM finds: the installed wheel's entry point in vllm.general_plugins, which must
+        # load a callable. A build folder has no dist-info: there pyproject.toml's
+        # [project.entry-points."vllm.general_plugins"] is read instead (tomllib: Python 3.11+).
         import importlib
-        import tomllib
+        import importlib.metadata as md
 
-        with open(PYPROJECT, "rb") as f:
-            plugins = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
-        assert "zckpt" in plugins, f"pyproject.toml's vllm.general_plugins: {plugins}"
-        module, _, fn = plugins["zckpt"].partition(":")
-        assert callable(getattr(importlib.import_module(module), fn)), plugins["zckpt"]
+        try:
+            md.distribution("zckpt")
+        except md.PackageNotFoundError:
+            import tomllib
+
+            with open(PYPROJECT, "rb") as f:
+                plugins = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
+            assert "zckpt" in plugins, f"pyproject.toml's vllm.general_plugins: {plugins}"
+            module, _, fn = plugins["zckpt"].partition(":")
+            assert callable(getattr(importlib.import_module(module), fn)), plugins["zckpt"]
+            return
+        eps = md.entry_points()
+        group = eps.select(group="vllm.general_plugins") if hasattr(eps, "select") else eps.get("vllm.general_plugins", [])
+        found = [ep for ep in group if ep.name == "zckpt"]
+        assert found, f"the installed zckpt declares no vllm.general_plugins entry point 'zckpt': {list(group)}"
+        assert callable(found[0].load()), found[0].value
     check("vllm_plugin_entry_point", vllm_entry_point)
     check("import_under_a_second_without_torch", import_check)
     check("libzckpt_never_imported", lambda: None if "zckpt._C" not in sys.modules else
