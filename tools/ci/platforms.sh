@@ -26,8 +26,8 @@
 # adds `zckpt bench verify` on BENCH_MB of data under emulation (its GB/s is qemu's, printed
 # labelled as emulated: no performance claim). Ends with `N passed, N failed, N skipped`.
 #
-# Cached under ZCKPT_PLATFORMS_CACHE (~/.cache/zckpt/roots): the roots (~0.2 GB each; ~1 GB for
-# arm64's with torch), made once (a half-made one is made again); the wheels' toolchain and
+# Cached under ZCKPT_PLATFORMS_CACHE (~/.cache/zckpt/roots): the roots (~0.3 GB each; ~0.9 GB
+# for arm64's with torch), made once (a half-made one is made again); the wheels' toolchain and
 # libraries under ~/.cache/zckpt/wheel (tools/build-wheel.sh). Needs debootstrap,
 # qemu-user-static and binfmt-support (installed when missing) and binfmt_misc (mounted when not).
 set -uo pipefail
