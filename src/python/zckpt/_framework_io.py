@@ -1,6 +1,6 @@
-"""What the training-framework integrations (lightning.py, transformers.py, accelerate.py) share:
-reading a checkpoint file that is either a container or a torch.save file, and routing
-torch.save / torch.load through zckpt while a framework's own checkpoint code runs."""
+"""What the training-framework integrations (lightning.py, transformers.py, accelerate.py,
+deepspeed.py) share: reading a checkpoint file that is either a container or a torch.save file,
+and routing torch.save / torch.load through zckpt while a framework's own checkpoint code runs."""
 import contextlib
 import functools
 import os

@@ -34,10 +34,8 @@ from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngi
 
 from . import _api, _save
 from ._errors import ZckptError
+from ._framework_io import is_container
 
-# The superblock's first 8 bytes (format-spec/zckpt-v1.md): a file starting with them is a
-# container whatever its name.
-CONTAINER_MAGIC = b"\x89ZCK\r\n\x1a\n"
 # The suffix DeepSpeed gives every checkpoint file, and the one its container gets instead.
 _TORCH_SUFFIX = ".pt"
 _CONTAINER_SUFFIX = ".zckpt"
@@ -116,11 +114,6 @@ def container_path(path):
     return stem + _CONTAINER_SUFFIX
 
 
-def _is_container(path):
-    with open(path, "rb") as f:
-        return f.read(len(CONTAINER_MAGIC)) == CONTAINER_MAGIC
-
-
 def _to_read(path):
     """The file a load of DeepSpeed's `path` reads: its container unless a .pt written later is
     beside it (a save made after this one with DeepSpeed's default engine)."""
@@ -135,7 +128,7 @@ def read_file(path, map_location=None):
     """What DeepSpeed saved at `path`: a container through zckpt.load (its DeepSpeed objects
     rebuilt), any other file through torch.load, as DeepSpeed's default engine reads it
     (weights_only=False: its files hold its own objects)."""
-    if _is_container(path):
+    if is_container(path):  # a container whatever its name
         return _from_data(_api.load(path, map_location=map_location, weights_only=False))
     return torch.load(path, map_location=map_location, weights_only=False)
 
