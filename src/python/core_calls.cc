@@ -32,21 +32,18 @@ std::string_view ArgBytes(const Json& v) {
   return AddressBytes(v.at("$address").get<uint64_t>(), v.at("$bytes").get<uint64_t>());
 }
 
-Handles::Held Handles::Find(const Json& handle) {
-  auto id = handle.at("$handle").get<uint64_t>();
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = held_.find(id);
-  if (it == held_.end()) throw Error(ErrorKind::kInvalidArgument, "handle " + std::to_string(id) + " is not held");
-  return it->second;
-}
-
-void Handles::Release(const Json& handle) {
-  Held gone;  // destroyed after the lock is let go: a destructor may take long (unmapping)
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = held_.find(handle.at("$handle").get<uint64_t>());
-  if (it == held_.end()) return;
-  gone = std::move(it->second);
-  held_.erase(it);
+std::shared_ptr<void> Handles::Find(uint64_t id, const std::type_info& type, const char* what, bool erase) {
+  Held found;  // destroyed after the lock is let go: a destructor may take long (unmapping)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = held_.find(id);
+    if (it == held_.end() || *it->second.type != type)
+      throw Error(ErrorKind::kInvalidArgument, "handle " + std::to_string(id) + " is not " + what +
+                                                   (it == held_.end() ? " (released, or never made)" : " (another kind)"));
+    found = it->second;
+    if (erase) held_.erase(it);
+  }
+  return erase ? nullptr : found.object;
 }
 
 Handles& TheHandles() {
@@ -138,27 +135,18 @@ std::string VettedPickle(const Container& c, const std::vector<std::string>& all
   return std::string(reinterpret_cast<const char*>(pickle->bytes.data()), pickle->bytes.size());
 }
 
-std::shared_ptr<Container> HeldContainer(const Json& args) { return TheHandles().Get<Container>(args.at("checkpoint")); }
+std::shared_ptr<Container> HeldContainer(const Json& args) {
+  return TheHandles().Get<Container>(args.at("checkpoint"), kCheckpointHandle);
+}
 
 namespace {
 
 using Strings = std::vector<std::string>;
 
-// A checkpoint named by "checkpoint" (a handle from "open") or opened from "path" for this call.
+// A checkpoint named by "checkpoint" (a handle zckpt_open made) or opened from "path" for this call.
 std::shared_ptr<Container> ContainerOf(const Json& args) {
   if (args.contains("checkpoint")) return HeldContainer(args);
   return OpenContainer(args.at("path").get<std::string>());
-}
-
-Json Open(const Json& args, Reply&) {
-  std::shared_ptr<Container> c = OpenContainer(args.at("path").get<std::string>());
-  std::string path = c->path();
-  return Json{{"checkpoint", TheHandles().Keep(std::move(c))}, {"path", path}};
-}
-
-Json Release(const Json& args, Reply&) {
-  TheHandles().Release(args.at("handle"));
-  return nullptr;
 }
 
 Json DescribeCall(const Json& args, Reply&) { return Describe(*ContainerOf(args)); }
@@ -269,8 +257,6 @@ Json WriteObjectCall(const Json& args, Reply&) {
 }  // namespace
 
 void AddContainerCalls(CallTable& calls) {
-  calls["open"] = Open;
-  calls["release"] = Release;
   calls["describe"] = DescribeCall;
   calls["tensor_records"] = TensorRecordsCall;
   calls["vetted_pickle"] = VettedPickleCall;

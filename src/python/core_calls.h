@@ -53,34 +53,42 @@ std::optional<T> Optional(const Json& args, const char* name) {
   return v.get<T>();
 }
 
-// Objects a call makes and later calls name by handle (an open checkpoint, a writer, a buffer,
-// a mapping): kept until "release" names them. Thread-safe.
+// Objects the core keeps for its caller (an open checkpoint, a host buffer, a writer, a mapped
+// storage's keeper), named by a number: the handles of include/zckpt/zckpt.h, which JSON calls
+// take as {"$handle": id}. Each is kept until released as its own kind. Thread-safe.
 class Handles {
  public:
   template <class T>
-  Json Keep(std::shared_ptr<T> object) {
+  uint64_t Keep(std::shared_ptr<T> object) {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = ++last_;
     using Plain = std::remove_const_t<T>;
     held_[id] = Held{std::const_pointer_cast<Plain>(std::move(object)), &typeid(Plain)};
-    return Json{{"$handle", id}};
+    return id;
   }
-  // The object `handle` names, kept alive by the pointer returned even if released meanwhile;
-  // Error(kInvalidArgument) for an unknown handle or one of another type.
+  // The object handle `id` names, kept alive by the pointer returned even if released meanwhile;
+  // Error(kInvalidArgument) naming `what` for an unknown or released handle or one of another
+  // kind of object.
   template <class T>
-  std::shared_ptr<T> Get(const Json& handle) {
-    auto [object, type] = Find(handle);
-    if (*type != typeid(std::remove_const_t<T>)) throw Error(ErrorKind::kInvalidArgument, "a handle of another kind of object");
-    return std::static_pointer_cast<T>(object);
+  std::shared_ptr<T> Get(uint64_t id, const char* what) {
+    return std::static_pointer_cast<T>(Find(id, typeid(std::remove_const_t<T>), what, false));
   }
-  void Release(const Json& handle);
+  template <class T>
+  std::shared_ptr<T> Get(const Json& handle, const char* what) {
+    return Get<T>(handle.at("$handle").get<uint64_t>(), what);
+  }
+  // Lets go of handle `id`, under the same checks as Get: releasing twice is an error, not a no-op.
+  template <class T>
+  void Release(uint64_t id, const char* what) {
+    Find(id, typeid(std::remove_const_t<T>), what, true);
+  }
 
  private:
   struct Held {
     std::shared_ptr<void> object;
     const std::type_info* type;
   };
-  Held Find(const Json& handle);
+  std::shared_ptr<void> Find(uint64_t id, const std::type_info& type, const char* what, bool erase);
 
   std::mutex mu_;
   uint64_t last_ = 0;
@@ -100,7 +108,12 @@ Json ProblemJson(ErrorKind kind, const std::string& message, const ErrorPlace& p
 // Container::Open, its "not a container" error hinting at `zckpt convert` when the file is a
 // .pt or safetensors file (zckpt.load("x.pt")).
 std::unique_ptr<Container> OpenContainer(const std::string& path);
-// The open checkpoint args["checkpoint"] names (a handle the call "open" made).
+// What each kind of handle is called in errors ("handle 7 is not an open checkpoint").
+inline constexpr const char* kCheckpointHandle = "an open checkpoint";
+inline constexpr const char* kHostBufferHandle = "a host buffer";
+inline constexpr const char* kMappedHandle = "a mapped storage";
+inline constexpr const char* kWriterHandle = "an open writer";
+// The open checkpoint args["checkpoint"] names (a handle zckpt_open made).
 std::shared_ptr<Container> HeldContainer(const Json& args);
 // Each call that reads a container can take one the caller opened: zckpt/_api.py opens a
 // checkpoint once and asks that one open file for its metadata, its vetted pickle and its

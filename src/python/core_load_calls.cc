@@ -1,8 +1,7 @@
-// The calls that move bytes between a checkpoint and memory: host buffers a load fills, byte
-// ranges of storages loaded by address (host or CUDA, loader::LoadRanges), mapped storages
-// (mmap=True), zckpt.save's writes and AsyncSaver's host copies. The Python layer allocates each
-// storage or tensor (a host buffer, or torch's own memory on the CPU or a CUDA device) and passes
-// addresses; the CUDA runtime is the one torch loaded (common/cudart_loader.h).
+// The JSON calls of loads and saves: a whole file's chunks checked (verify_chunks), the CUDA
+// runtime in use, zckpt.save's writes and AsyncSaver's host copies. Host buffers, byte ranges and
+// mapped storages are typed calls (core_abi_bytes.cc). The Python layer allocates each storage or
+// tensor and passes addresses; the CUDA runtime is the one torch loaded (common/cudart_loader.h).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -21,47 +20,6 @@
 namespace zckpt::python {
 namespace {
 
-// Host memory a load fills, owned by Python through its handle (zckpt/load_ranges.h's LoadBuffer:
-// 4 KiB-aligned, so bytes not in the page cache go straight from the disk into it). Zero-filled
-// is not promised: a load overwrites it. {"buffer": handle, "address"}.
-Json HostBuffer(const Json& args, Reply&) {
-  auto buffer = std::make_shared<LoadBuffer>(args.at("bytes").get<uint64_t>());
-  auto address = reinterpret_cast<uintptr_t>(buffer->data());
-  return Json{{"buffer", TheHandles().Keep(std::move(buffer))}, {"address", address}};
-}
-
-// LoadStats' figures of a load.
-Json LoadStatsJson(const LoadStats& s) {
-  return Json{{"raw_bytes", s.raw_bytes}, {"stored_bytes", s.stored_bytes}, {"chunks", s.chunks},
-              {"uncached_bytes", s.uncached_bytes}, {"threads", s.threads}, {"verified", s.verified},
-              {"storages", s.storages}, {"seconds", s.seconds}};
-}
-
-LoadOptions RingOptions(const Json& args) {
-  LoadOptions o;
-  o.verify = args.at("verify").get<bool>();
-  o.threads = Optional<unsigned>(args, "threads");
-  o.slots = Optional<unsigned>(args, "slots");
-  o.slot_bytes = Optional<uint64_t>(args, "slot_bytes");
-  return o;
-}
-
-// "targets": [storage index, begin, end, address, device] per byte range, device -1 for host
-// memory, else a CUDA device index whose stream the copies wait for is in "streams" ([device,
-// cudaStream_t address] pairs: torch's current stream there, 0 for the legacy default stream).
-// The Python layer allocates with torch and holds torch's device guard.
-Json LoadRanges(const Json& args, Reply&) {
-  std::shared_ptr<Container> c = HeldContainer(args);
-  std::vector<LoadTarget> ranges;
-  for (const Json& t : args.at("targets"))
-    ranges.push_back({t.at(0).get<uint32_t>(), t.at(1).get<uint64_t>(), t.at(2).get<uint64_t>(),
-                      reinterpret_cast<uint8_t*>(t.at(3).get<uint64_t>()), t.at(4).get<int32_t>()});
-  std::vector<loader::CudaDevice> devices;
-  for (const Json& s : args.at("streams"))
-    devices.push_back({s.at(0).get<int>(), reinterpret_cast<CUstream_st*>(s.at(1).get<uint64_t>())});
-  return LoadStatsJson(loader::LoadRanges(*c, ranges, RingOptions(args), devices));
-}
-
 // Every chunk of the open file checked (Container::Verify), for a weight iterator that must not
 // hand out a first tensor from a file that is damaged further on: its problems in file order
 // (empty when good), each ProblemJson naming file, storage, tensors, chunk and byte ranges, for
@@ -73,24 +31,6 @@ Json VerifyChunks(const Json& args, Reply&) {
   Json problems = Json::array();
   for (const VerifyProblem& p : c->Verify(options).problems) problems.push_back(ProblemJson(p.kind, p.message, p.place));
   return problems;
-}
-
-// MappedStorages (raw chunks laid end to end alias the file, zstd chunks are decoded and checked;
-// with verify, every mapped chunk is hashed where it lies first, on "threads" threads):
-// [[key, address, bytes, keeper handle]] per storage in file order. A storage's bytes stay while
-// its keeper is held (the file's mapping, or the storage's own decoded buffer): the Python side's
-// views of each storage hold its keeper, as torch.load(mmap=True)'s tensors hold the file.
-Json MapStorages(const Json& args, Reply&) {
-  std::shared_ptr<Container> c = HeldContainer(args);
-  auto threads = Optional<unsigned>(args, "threads");
-  MappedStorages mapped(*c, args.at("verify").get<bool>(), threads.value_or(DefaultReaderThreads()));
-  Json storages = Json::array();
-  for (uint32_t s = 0; s < c->storage_count(); ++s) {
-    StorageInfo info = c->storage(s);
-    storages.push_back(Json::array({std::string(info.key), reinterpret_cast<uintptr_t>(mapped.data(s)), info.raw_bytes,
-                                    TheHandles().Keep(mapped.keeper(s))}));
-  }
-  return storages;
 }
 
 // [path, version] of the CUDA runtime CUDA loads use (loaded now if it is not yet): torch's
@@ -185,10 +125,7 @@ Json SaveStatsJson(const std::string& path, const SaveStats& s) {
 }
 
 void AddLoadCalls(CallTable& calls) {
-  calls["host_buffer"] = HostBuffer;
-  calls["load_ranges"] = LoadRanges;
   calls["verify_chunks"] = VerifyChunks;
-  calls["map_storages"] = MapStorages;
   calls["cuda_runtime"] = CudaRuntimeCall;
   calls["save_pickled"] = SavePickled;
   calls["copy_host_bytes"] = CopyHostBytes;

@@ -129,6 +129,20 @@ else
   log "FAIL no-torch: its virtualenv could not be made"
 fi
 
+# A C program outside the tree, as a C user of the wheel builds one: tests/capi/zckpt_c_test.c
+# compiled against the header pip installed (SITE/zckpt/include) and linked to the wheel's
+# libzckpt_core.so, then run; each of its `ok`/`FAIL` lines is a check.
+c_program() {
+  local site zdir
+  site=$(site_of "$WORK/venv-no-torch") && zdir=$site/zckpt || return 1
+  cc -std=c11 -Wall -Wextra -Werror -I"$zdir/include" tests/capi/zckpt_c_test.c -o "$WORK/zckpt_c_test" \
+    -L"$zdir" -lzckpt_core -Wl,-rpath,"$zdir" >&2 || return 1
+  mkdir -p "$WORK/c-program" && "$WORK/zckpt_c_test" "$WORK/c-program"
+}
+if [ -d "$WORK/venv-no-torch" ]; then
+  count c-program c_program
+fi
+
 # Another Python: the wheel is py3-none (its native code a C ABI loaded with ctypes, no extension
 # module), so any Python 3 from 3.9 installs it. The other Python 3 this Debian has is PyPy 3.9
 # (installed here when missing, as root): another version and another implementation, no torch.

@@ -217,12 +217,23 @@ prefix_python() {
   PYTHONPATH=$site python_loads "$PY" "$site" "$DATA/model.zckpt" &&
     (cd "$WORK/elsewhere" && PYTHONPATH=$site "$PY" -m zckpt verify "$DATA/model.zckpt")
 }
+# A C program built from the prefix alone: PREFIX/include/zckpt/zckpt.h and the package's
+# libzckpt_core.so (tests/capi/zckpt_c_test.c, every check of it passing).
+prefix_c() {
+  local site
+  site=$(ls -d "$PREFIX"/lib/python3*/site-packages "$PREFIX"/lib/python3/dist-packages 2>/dev/null | head -n 1)
+  mkdir -p "$WORK/c" &&
+    cc -std=c11 -Wall -Wextra -Werror -I"$PREFIX/include" "$SRC/tests/capi/zckpt_c_test.c" -o "$WORK/c/test" \
+      -L"$site/zckpt" -lzckpt_core -Wl,-rpath,"$site/zckpt" &&
+    "$WORK/c/test" "$WORK/c"
+}
 t_prefix=$(date +%s)
 check prefix_meson_install prefix_install
 check prefix_zckpt_convert_verify_load prefix_cli
 check prefix_cpp_pkgconfig cpp_pkgconfig
 check prefix_cpp_cmake cpp_cmake
 check prefix_python_package prefix_python
+check prefix_c_program prefix_c
 t_prefix=$(($(date +%s) - t_prefix))
 
 # --- pip: pip install --no-build-isolation into the fresh virtualenv -------------------------------

@@ -1,33 +1,158 @@
-"""zckpt's torch-free core: libzckpt_core.so beside this file, reached through its C ABI with
-ctypes (src/python/core_abi.cc), so the package holds no extension module and one build runs
-under every Python 3 and every torch 2.x, or none. Everything of the `zckpt` package that needs
-no torch (convert, export, verify, describe, the object store) runs there, and so does every
-load: the Python layer allocates each storage or tensor (HostBuffer, or torch's own memory on the
-CPU or a CUDA device) and load_ranges fills byte ranges of storages through their addresses; a
-mapped load (mmap=True) hands out views of the file's mapping; zckpt.save writes through
-save_pickled. ctypes lets go of the GIL for every call.
+"""zckpt's torch-free core: libzckpt_core.so beside this file, reached through its C interface
+(include/zckpt/zckpt.h, in the wheel as zckpt/include/zckpt/zckpt.h) with ctypes, so the package
+holds no extension module and one build runs under every Python 3 and every torch 2.x, or none.
+Everything of the `zckpt` package that needs no torch (convert, export, verify, describe, the
+object store) runs there, and so does every load: the Python layer allocates each storage or
+tensor (HostBuffer, or torch's own memory on the CPU or a CUDA device) and load_ranges fills byte
+ranges of storages through their addresses; a mapped load (mmap=True) hands out views of the
+file's mapping; zckpt.save writes through save_pickled. ctypes lets go of the GIL for every call.
 
-Each call is one JSON request naming the call and every argument; bytes go in by address and
-come back as byte strings, objects the core keeps (an open checkpoint, a writer, a buffer, a
-mapping) by handle, let go when their Python object is."""
+What moves bytes is a typed call, each declared below with its argtypes and restype: open and
+close, host buffers, load_ranges (the ranges packed into one array of zckpt_range structs),
+mapped storages and the container writer. Answers that are documents (describe, records, verify
+reports, merge plans) come from zckpt_call, one JSON request naming the call and every argument;
+bytes go in by address and come back as byte strings. Objects the core keeps are handles, let go
+when their Python object is."""
 import ctypes
+import itertools
 import json
 import os
+import struct
 import weakref
 
-_LIB = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzckpt_core.so"))
-_LIB.zckpt_call.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-_LIB.zckpt_call.restype = ctypes.c_void_p
-_LIB.zckpt_result_json.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-_LIB.zckpt_result_json.restype = ctypes.c_void_p
-_LIB.zckpt_result_bytes.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-_LIB.zckpt_result_bytes.restype = ctypes.c_void_p
-_LIB.zckpt_result_free.argtypes = [ctypes.c_void_p]
-_LIB.zckpt_result_free.restype = None
+# The interface version this module is written against (zckpt.h's ZCKPT_ABI_VERSION).
+ABI_VERSION = 1
 
-from ._errors import (  # noqa: F401 (zckpt._core.ZckptError and the rest, as _oom.py and callers take them)
+_LIB = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzckpt_core.so"))
+
+from ._errors import (  # noqa: E402, F401 (zckpt._core.ZckptError and the rest, as _oom.py and callers take them)
     CancelledError, CorruptError, InvalidArgumentError, IoError, NotAContainerError, OutOfMemoryError, UnsafeError,
     UnsupportedError, ZckptError, for_kind, problem, set_out_of_memory_error)
+
+
+class _Handle(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64)]
+
+
+class _CheckpointHandle(_Handle):
+    pass
+
+
+class _HostBufferHandle(_Handle):
+    pass
+
+
+class _MappedHandle(_Handle):
+    pass
+
+
+class _WriterHandle(_Handle):
+    pass
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("storage", ctypes.c_uint64), ("begin", ctypes.c_uint64), ("end", ctypes.c_uint64),
+                ("address", ctypes.c_void_p), ("device", ctypes.c_int64)]
+
+
+class _DeviceStream(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_int64), ("stream", ctypes.c_void_p)]
+
+
+class _LoadOptions(ctypes.Structure):
+    _fields_ = [("verify", ctypes.c_uint32), ("threads", ctypes.c_uint32), ("slots", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32), ("slot_bytes", ctypes.c_uint64)]
+
+
+class _LoadStats(ctypes.Structure):
+    _fields_ = [("raw_bytes", ctypes.c_uint64), ("stored_bytes", ctypes.c_uint64), ("chunks", ctypes.c_uint64),
+                ("uncached_bytes", ctypes.c_uint64), ("storages", ctypes.c_uint64), ("threads", ctypes.c_uint32),
+                ("verified", ctypes.c_uint32), ("seconds", ctypes.c_double)]
+
+
+class _MappedStorage(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("bytes", ctypes.c_uint64), ("keeper", _MappedHandle)]
+
+
+class _WriterOptions(ctypes.Structure):
+    _fields_ = [("chunk_bytes", ctypes.c_uint64), ("zstd_level", ctypes.c_int32), ("threads", ctypes.c_uint32)]
+
+
+class _TensorSpec(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("ndim", ctypes.c_size_t), ("extra", ctypes.c_char_p),
+                ("location", ctypes.c_char_p)]
+
+
+class _WriteStats(ctypes.Structure):
+    _fields_ = [("storages", ctypes.c_uint64), ("chunks", ctypes.c_uint64), ("raw_bytes", ctypes.c_uint64),
+                ("file_bytes", ctypes.c_uint64)]
+
+
+# One range as zckpt_range's bytes (five 8-byte fields; addresses and indexes fit a signed 64-bit
+# field, device -1 needs one): the ranges of a load are packed into one contiguous array.
+_RANGE = struct.Struct("=5q")
+assert _RANGE.size == ctypes.sizeof(_Range)
+
+_P = ctypes.POINTER
+_ERR = _P(ctypes.c_void_p)  # zckpt_error**
+_c = ctypes
+_SIGNATURES = {  # name: (restype, argtypes), zckpt.h's declarations
+    "zckpt_abi_version": (_c.c_uint32, []),
+    "zckpt_status_name": (_c.c_char_p, [_c.c_int]),
+    "zckpt_error_status": (_c.c_int, [_c.c_void_p]),
+    "zckpt_error_message": (_c.c_char_p, [_c.c_void_p]),
+    "zckpt_error_place": (_c.c_char_p, [_c.c_void_p]),
+    "zckpt_error_free": (None, [_c.c_void_p]),
+    "zckpt_open": (_c.c_int, [_c.c_char_p, _P(_CheckpointHandle), _ERR]),
+    "zckpt_close": (_c.c_int, [_CheckpointHandle, _ERR]),
+    "zckpt_storage_count": (_c.c_int, [_CheckpointHandle, _P(_c.c_uint64), _ERR]),
+    "zckpt_host_buffer_new": (_c.c_int, [_c.c_uint64, _P(_HostBufferHandle), _P(_c.c_void_p), _ERR]),
+    "zckpt_host_buffer_free": (_c.c_int, [_HostBufferHandle, _ERR]),
+    "zckpt_load_ranges": (_c.c_int, [_CheckpointHandle, _c.c_void_p, _c.c_size_t, _P(_DeviceStream), _c.c_size_t,
+                                     _P(_LoadOptions), _P(_LoadStats), _ERR]),
+    "zckpt_map_storages": (_c.c_int, [_CheckpointHandle, _c.c_uint32, _c.c_uint32, _P(_MappedStorage), _c.c_size_t,
+                                      _ERR]),
+    "zckpt_mapped_release": (_c.c_int, [_MappedHandle, _ERR]),
+    "zckpt_writer_open": (_c.c_int, [_c.c_char_p, _P(_WriterOptions), _P(_WriterHandle), _ERR]),
+    "zckpt_writer_add_tensor": (_c.c_int, [_WriterHandle, _P(_TensorSpec), _c.c_void_p, _c.c_uint64, _ERR]),
+    "zckpt_writer_begin_tensor": (_c.c_int, [_WriterHandle, _P(_TensorSpec), _c.c_uint64, _ERR]),
+    "zckpt_writer_append": (_c.c_int, [_WriterHandle, _c.c_void_p, _c.c_uint64, _ERR]),
+    "zckpt_writer_end_tensor": (_c.c_int, [_WriterHandle, _ERR]),
+    "zckpt_writer_add_blob": (_c.c_int, [_WriterHandle, _c.c_char_p, _c.c_void_p, _c.c_uint64, _ERR]),
+    "zckpt_writer_set_metadata": (_c.c_int, [_WriterHandle, _c.c_char_p, _c.c_char_p, _ERR]),
+    "zckpt_writer_commit": (_c.c_int, [_WriterHandle, _P(_WriteStats), _ERR]),
+    "zckpt_writer_close": (_c.c_int, [_WriterHandle, _ERR]),
+    "zckpt_call": (_c.c_void_p, [_c.c_char_p, _c.c_size_t]),
+    "zckpt_result_json": (_c.c_void_p, [_c.c_void_p, _P(_c.c_size_t)]),
+    "zckpt_result_bytes": (_c.c_void_p, [_c.c_void_p, _c.c_size_t, _P(_c.c_size_t)]),
+    "zckpt_result_free": (None, [_c.c_void_p]),
+}
+for _name, (_restype, _argtypes) in _SIGNATURES.items():
+    _fn = getattr(_LIB, _name)
+    _fn.restype, _fn.argtypes = _restype, _argtypes
+
+if _LIB.zckpt_abi_version() != ABI_VERSION:
+    raise ImportError(f"zckpt: {_LIB._name} has C interface version {_LIB.zckpt_abi_version()}, this package "
+                      f"version {ABI_VERSION}: the library and the .py files come from different builds")
+
+
+def _typed(fn, *args):
+    """Runs typed call `fn` (its last argument the zckpt_error**); raises the error it reports as
+    zckpt's class of its kind."""
+    err = ctypes.c_void_p()
+    status = fn(*args, ctypes.byref(err))
+    if status == 0:
+        return
+    kind = _LIB.zckpt_status_name(status).decode()
+    if not err.value:
+        raise _error({"kind": kind, "message": f"zckpt: {fn.__name__} failed ({kind})"})
+    try:
+        message = _LIB.zckpt_error_message(err).decode("utf-8", "replace")
+        place = json.loads(_LIB.zckpt_error_place(err).decode("utf-8", "replace"))
+    finally:
+        _LIB.zckpt_error_free(err)
+    raise _error({**place, "kind": kind, "message": message})
 
 
 def _bytes_arg(data):
@@ -72,20 +197,20 @@ def _error(e):
 
 
 class _Held:
-    """An object the core keeps for us, let go when this is collected."""
+    """An object the core keeps for us (a handle), let go with `release` when this is collected."""
 
     __slots__ = ("handle", "__weakref__")
 
-    def __init__(self, handle):
+    def __init__(self, handle, release):
         self.handle = handle
         # Not at exit: tensors over a buffer or a mapping may outlive this in interpreter
         # teardown, and the process's end frees everything anyway.
-        weakref.finalize(self, _release, handle).atexit = False
+        weakref.finalize(self, _release, release, handle).atexit = False
 
 
-def _release(handle):
+def _release(release, handle):
     try:
-        _call("release", handle=handle)
+        _typed(release, handle)
     except Exception:  # at interpreter exit the library may be gone; nothing is lost
         pass
 
@@ -103,8 +228,9 @@ def HostBuffer(bytes):  # noqa: N802 (a constructor, as it was)
     """Host memory a load fills (4 KiB-aligned, so bytes not in the page cache go straight from
     the disk into it), freed with the last reference to it: len(), .address, the buffer protocol.
     Zero-filled is not promised: a load overwrites it."""
-    made = _call("host_buffer", bytes=int(bytes))
-    return _view(made["address"], int(bytes), _Held(made["buffer"]))
+    handle, address = _HostBufferHandle(), ctypes.c_void_p()
+    _typed(_LIB.zckpt_host_buffer_new, int(bytes), ctypes.byref(handle), ctypes.byref(address))
+    return _view(address.value or 0, int(bytes), _Held(handle, _LIB.zckpt_host_buffer_free))
 
 
 def cuda_runtime():
@@ -121,12 +247,14 @@ class Checkpoint:
     """One open checkpoint: everything a load reads comes through this one open file, so a file
     renamed over the path meanwhile cannot mix two checkpoints."""
 
-    def __init__(self, made):
-        self._held = _Held(made["checkpoint"])
-        self.path = made["path"]
+    def __init__(self, path):
+        handle = _CheckpointHandle()
+        _typed(_LIB.zckpt_open, path.encode(), ctypes.byref(handle))
+        self._held = _Held(handle, _LIB.zckpt_close)
+        self.path = path
 
     def _call(self, call, /, **args):
-        return _call(call, checkpoint=self._held.handle, **args)
+        return _call(call, checkpoint={"$handle": self._held.handle.id}, **args)
 
     def describe(self):
         return self._call("describe")
@@ -140,9 +268,17 @@ class Checkpoint:
     def load_ranges(self, targets, streams, verify=True, threads=None, slots=None, slot_bytes=None):
         """Byte ranges of storages into memory by address: (storage, begin, end, address, device)
         per range, device -1 for host memory, else a CUDA device whose copies wait for
-        streams[device] (a cudaStream_t address: torch's current stream there). LoadStats' figures."""
-        return self._call("load_ranges", targets=[[int(x) for x in t] for t in targets], streams=_ints(streams),
-                          verify=bool(verify), threads=threads, slots=slots, slot_bytes=slot_bytes)
+        streams[device] (a cudaStream_t address: torch's current stream there). The ranges go to
+        the core as one packed array of zckpt_range. LoadStats' figures, as a dict."""
+        packed = b"".join(itertools.starmap(_RANGE.pack, targets))
+        n = len(packed) // _RANGE.size
+        stream_array = (_DeviceStream * len(streams))(*((int(d), int(s) or None) for d, s in streams.items()))
+        options = _LoadOptions(verify=bool(verify), threads=threads or 0, slots=slots or 0, slot_bytes=slot_bytes or 0)
+        stats = _LoadStats()
+        _typed(_LIB.zckpt_load_ranges, self._held.handle, packed, n, stream_array, len(streams),
+               ctypes.byref(options), ctypes.byref(stats))
+        return {name: (bool(v) if name == "verified" else v)
+                for name, v in ((f, getattr(stats, f)) for f, _ in _LoadStats._fields_)}
 
     def verify_chunks(self, threads=None):
         """Every chunk of the file checked: its problems in file order (empty when good), each a
@@ -154,12 +290,15 @@ class Checkpoint:
         """key -> the storage's bytes in the file's mapping (zstd ones decoded into memory of
         their own), each alive while a view of it is; with verify every chunk is hashed where it
         lies first."""
-        made = self._call("map_storages", verify=bool(verify), threads=threads)
-        return {key: _view(address, n, _Held(keeper)) for key, address, n, keeper in made}
+        keys = [s["key"] for s in self.describe()["storages"]]
+        made = (_MappedStorage * len(keys))()
+        _typed(_LIB.zckpt_map_storages, self._held.handle, bool(verify), threads or 0, made, len(keys))
+        return {key: _view(m.data or 0, m.bytes, _Held(m.keeper, _LIB.zckpt_mapped_release))
+                for key, m in zip(keys, made)}
 
 
 def open(path):  # noqa: A001 (the module's name for it)
-    return Checkpoint(_call("open", path=path))
+    return Checkpoint(path)
 
 
 def describe(path):
@@ -252,34 +391,43 @@ class ContainerWriter:
     row-major order and a record `name` viewing all of it; nothing is at `path` until commit()."""
 
     def __init__(self, path, chunk_bytes=0, zstd_level=0, threads=0):
-        self._held = _Held(_call("writer_open", path=path, chunk_bytes=int(chunk_bytes),
-                                 zstd_level=int(zstd_level), threads=int(threads)))
+        handle = _WriterHandle()
+        options = _WriterOptions(chunk_bytes=int(chunk_bytes), zstd_level=int(zstd_level), threads=int(threads))
+        _typed(_LIB.zckpt_writer_open, path.encode(), ctypes.byref(options), ctypes.byref(handle))
+        self._held = _Held(handle, _LIB.zckpt_writer_close)
 
-    def _call(self, call, /, **args):
-        return _call(call, writer=self._held.handle, **args)
+    @staticmethod
+    def _spec(key, name, dtype, shape, extra, location):
+        dims = (ctypes.c_int64 * len(shape))(*(int(d) for d in shape))
+        return _TensorSpec(key=key.encode(), name=name.encode(), dtype=dtype.encode(), shape=dims, ndim=len(shape),
+                           extra=extra.encode(), location=location.encode())
 
     def add_tensor(self, key, name, dtype, shape, address, bytes, extra="", location="cpu"):  # noqa: A002
-        self._call("writer_add_tensor", key=key, name=name, dtype=dtype, shape=[int(d) for d in shape],
-                   address=int(address), bytes=int(bytes), extra=extra, location=location)
+        spec = self._spec(key, name, dtype, shape, extra, location)
+        _typed(_LIB.zckpt_writer_add_tensor, self._held.handle, ctypes.byref(spec), int(address), int(bytes))
 
     def begin_tensor(self, key, name, dtype, shape, bytes, extra="", location="cpu"):  # noqa: A002
-        self._call("writer_begin_tensor", key=key, name=name, dtype=dtype, shape=[int(d) for d in shape],
-                   bytes=int(bytes), extra=extra, location=location)
+        spec = self._spec(key, name, dtype, shape, extra, location)
+        _typed(_LIB.zckpt_writer_begin_tensor, self._held.handle, ctypes.byref(spec), int(bytes))
 
     def append_bytes(self, address, bytes):  # noqa: A002
-        self._call("writer_append_bytes", address=int(address), bytes=int(bytes))
+        _typed(_LIB.zckpt_writer_append, self._held.handle, int(address), int(bytes))
 
     def end_tensor(self):
-        self._call("writer_end_tensor")
+        _typed(_LIB.zckpt_writer_end_tensor, self._held.handle)
 
     def add_blob(self, name, data):
-        self._call("writer_add_blob", name=name, data=_bytes_arg(data))
+        if not isinstance(data, bytes):
+            raise TypeError(f"zckpt: bytes expected, not {type(data).__name__}")
+        _typed(_LIB.zckpt_writer_add_blob, self._held.handle, name.encode(), data, len(data))
 
     def set_metadata(self, key, value):
-        self._call("writer_set_metadata", key=key, value=value)
+        _typed(_LIB.zckpt_writer_set_metadata, self._held.handle, key.encode(), value.encode())
 
     def commit(self):
-        return self._call("writer_commit")
+        stats = _WriteStats()
+        _typed(_LIB.zckpt_writer_commit, self._held.handle, ctypes.byref(stats))
+        return {f: getattr(stats, f) for f, _ in _WriteStats._fields_}
 
 
 def check_dcp_metadata(data, what):

@@ -4,6 +4,8 @@ Checkpoint.load_ranges). For CUDA destinations it hands the core torch's current
 device (the loader's copies wait for what is queued there: memory the caching allocator just
 handed out, a target still being produced) and holds torch's device guard around the load; the
 core drives the libcudart torch itself loaded, through its own run-time-loaded table."""
+from operator import itemgetter
+
 import torch
 
 from ._oom import OutOfMemoryError
@@ -33,10 +35,12 @@ def device_bytes(path, n, device, what):
 def load_ranges(ckpt, ranges, verify=True, threads=None, slots=None, slot_bytes=None):
     """Fills `ranges` ((storage index, begin, end, address, device index) each, -1 for host memory)
     from the open `_core` checkpoint in one streaming pass; returns its figures (a dict)."""
+    # CUDA memory to load into was allocated by torch, which then initialized CUDA: until it has,
+    # every range is host memory and the ranges need no scan for their devices.
     streams = {}
-    for *_, index in ranges:
-        if index >= 0 and index not in streams:
-            streams[index] = torch.cuda.current_stream(index).cuda_stream
+    if torch.cuda.is_initialized():
+        streams = {index: torch.cuda.current_stream(index).cuda_stream
+                   for index in set(map(itemgetter(4), ranges)) if index >= 0}
     if not streams:
         return ckpt.load_ranges(ranges, {}, verify, threads, slots, slot_bytes)
     with torch.cuda.device(next(iter(streams))):
