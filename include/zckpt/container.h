@@ -81,8 +81,8 @@ struct VerifyProblem {
 };
 
 struct VerifyOptions {
-  // Checking threads (a set value must be at least 1: Error(kInvalidArgument) otherwise). Unset:
-  // the hardware threads. Either way no more than one per 4 MiB of data.
+  // Checking threads. Unset or 0: the hardware threads. Either way no more than one per 4 MiB of
+  // data.
   std::optional<unsigned> threads;
   // Called as bytes are checked (done, total), total = file_bytes(); may be empty. Calls come
   // from worker threads but never two at once; the last one has done == total.

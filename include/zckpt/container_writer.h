@@ -21,7 +21,7 @@
 namespace zckpt {
 
 struct WriterOptions {
-  uint64_t chunk_bytes = format::kDefaultChunkBytes;
+  uint64_t chunk_bytes = format::kDefaultChunkBytes;  // 0: the default too
   uint32_t large_alignment = format::kDefaultLargeAlignment;
   uint32_t small_alignment = format::kDefaultSmallAlignment;
   uint64_t large_threshold = format::kDefaultLargeThreshold;

@@ -49,8 +49,8 @@ inline constexpr uint64_t kDestinationBatchBytes = 64ull << 20;
 inline constexpr uint64_t kObjectBatchBytes = 16ull << 20;
 
 struct LoadOptions {
-  // Each size below is unset by default and then resolved by ResolveLoadSizes; one that is set
-  // must be at least 1 (Error(kInvalidArgument) otherwise).
+  // Each size below is unset by default and then resolved by ResolveLoadSizes; one set to 0 is
+  // the default too (the one rule for sizes and threads of the library, Python and `zckpt`).
   // Size of one ring slot, rounded up to 4 KiB and to the file's chunk_bytes (a chunk must fit
   // a slot); many small chunks share a slot. Unset: max(chunk_bytes, kDefaultSlotBytes). Set, it
   // is also the raw bytes of one batch read straight into CPU destinations (finer progress and

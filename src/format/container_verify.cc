@@ -247,8 +247,7 @@ VerifyReport Verifier::Run() {
 
   const uint64_t data_bytes = data_end_ - format::kSuperblockBytes;
   done_ = c_.file_bytes() - data_bytes;  // superblock, index and footer were checked at open
-  if (o_.threads == 0u) throw Error(ErrorKind::kInvalidArgument, "VerifyOptions::threads must be at least 1");
-  unsigned threads = o_.threads.value_or(std::max(1u, std::thread::hardware_concurrency()));
+  unsigned threads = o_.threads.value_or(0u) ? *o_.threads : std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::clamp<uint64_t>(data_bytes / kMinBytesPerThread, 1, threads));
   ContainerFile::Of(c_).AdviseSequential(format::kSuperblockBytes, data_bytes);
 

@@ -36,7 +36,9 @@ unsigned ResolveThreads(unsigned threads) {
   return threads ? threads : std::max(1u, std::thread::hardware_concurrency());
 }
 
-const WriterOptions& CheckOptions(const WriterOptions& o, const std::string& destination) {
+// The options as written: 0 for chunk_bytes (as for threads) is the default.
+WriterOptions CheckOptions(WriterOptions o, const std::string& destination) {
+  if (o.chunk_bytes == 0) o.chunk_bytes = format::kDefaultChunkBytes;
   if (const char* why = SuperblockParameterError(o.chunk_bytes, o.large_alignment, o.small_alignment))
     Invalid(destination + ": " + why);
   if (o.zstd_level < 0 || o.zstd_level > ZSTD_maxCLevel())
@@ -90,10 +92,10 @@ struct ContainerWriter::Impl {
       : options(CheckOptions(o, destination)),
         file(destination),
         pipeline(ResolveThreads(o.threads), o.zstd_level, [this](const ChunkJob& job) { WriteChunk(job); }) {
-    superblock.chunk_bytes = o.chunk_bytes;
-    superblock.large_alignment = o.large_alignment;
-    superblock.small_alignment = o.small_alignment;
-    superblock.large_threshold = o.large_threshold;
+    superblock.chunk_bytes = options.chunk_bytes;
+    superblock.large_alignment = options.large_alignment;
+    superblock.small_alignment = options.small_alignment;
+    superblock.large_threshold = options.large_threshold;
     superblock.minor = 0;  // raised by the dtypes written (spec §9: the lowest version that holds them)
     uint8_t bytes[kSuperblockBytes];
     EncodeSuperblock(superblock, bytes);

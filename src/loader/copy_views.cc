@@ -21,18 +21,35 @@ struct Staged {
   at::Tensor buffer;  // allocated when its first bytes arrive, freed once copied
 };
 
+// zckpt's name of `st`, or c10's own for a type zckpt has no code for.
+std::string DTypeNameOf(c10::ScalarType st) {
+  for (uint16_t code = 1; code <= kMaxDTypeCode; ++code) {
+    if (!IsValidDType(code)) continue;
+    const auto d = static_cast<DType>(code);
+    try {
+      if (ToScalarType(d, "") == st) return std::string(DTypeName(d));
+    } catch (const Error&) {  // not in this torch
+    }
+  }
+  return c10::toString(st);
+}
+
 }  // namespace
+
+TargetFacts FactsOf(const std::string& name, const at::Tensor& target) {
+  TargetFacts f;
+  f.name = name;
+  f.strided = target.layout() == c10::kStrided;
+  f.device = target.device().str();
+  f.has_storage = target.has_storage() && !(target.numel() > 0 && target.data_ptr() == nullptr);
+  f.dtype = DTypeNameOf(target.scalar_type());
+  f.shape = target.sizes().vec();
+  return f;
+}
 
 std::string TargetProblem(const std::string& name, const at::Tensor& target) {
   if (!target.defined()) return "target '" + name + "' is an undefined tensor";
-  // Wrapper subclasses (DTensor) have no storage of their own: writing through their
-  // data_ptr() would write to nothing. Their local tensor is the target.
-  if (!target.has_storage() || (target.numel() > 0 && target.data_ptr() == nullptr))
-    return "target '" + name + "' has no storage of its own (a tensor subclass such as DTensor: pass its local tensor)";
-  if (target.layout() != c10::kStrided) return "target '" + name + "' is not a dense (strided) tensor";
-  if (!target.is_cpu() && !target.is_cuda())
-    return "target '" + name + "' is on " + target.device().str() + ": only cpu and cuda targets are supported";
-  return "";
+  return TargetProblem(FactsOf(name, target));
 }
 
 bool SavedContiguous(const TensorInfo& t) {
@@ -46,18 +63,12 @@ bool SavedContiguous(const TensorInfo& t) {
 }
 
 std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
-  c10::ScalarType st;
   try {
-    st = ToScalarType(t.dtype, "'" + name + "'");
+    (void)ToScalarType(t.dtype, "'" + name + "'");
   } catch (const Error& e) {
     return e.what();
   }
-  if (st != target.scalar_type())
-    return "dtype mismatch for '" + name + "': the file has " + std::string(DTypeName(t.dtype)) + ", the target has " +
-           std::string(c10::toString(target.scalar_type()));
-  if (c10::isQIntType(st) || (t.flags & format::kTensorQuantized))
-    return "'" + name + "' is quantized: not supported by LoadInto";
-  return "";
+  return DTypeProblem(t, FactsOf(name, target));
 }
 
 ViewCopyReport CopyViews(const Container& c, std::vector<ViewCopy> copies, const LoadOptions& options,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "loader/into_check.h"
 #include "zckpt/container.h"
 #include "zckpt/load_options.h"
 
@@ -29,14 +30,18 @@ struct ViewCopyReport {
   LoadStats stats;      // every field; `seconds` counted from the caller's t0
 };
 
-// Why `target` cannot be written in place at all (undefined, no storage of its own as a DTensor
-// wrapper, not dense, not on cpu/cuda), or "" when it can. `name` says whose target it is.
+// What the checks of into_check.h need to know of `target` (defined), the state entry `name`.
+TargetFacts FactsOf(const std::string& name, const at::Tensor& target);
+
+// Why `target` cannot be written in place at all (undefined, or into_check.h's TargetProblem),
+// or "" when it can. `name` says whose target it is.
 std::string TargetProblem(const std::string& name, const at::Tensor& target);
 
 // The view's bytes are contiguous in element order and need no conj/neg fix-up.
 bool SavedContiguous(const TensorInfo& t);
 
-// Why the file's dtype `t.dtype` cannot go into `target`'s as is (LoadInto, element runs), or "".
+// Why the file's dtype `t.dtype` cannot go into `target`'s as is (element runs, regions): not in
+// this torch, or into_check.h's DTypeProblem; "" when it can.
 std::string DTypeProblem(const TensorInfo& t, const std::string& name, const at::Tensor& target);
 
 // A saved view contiguous in its storage going to a contiguous target of the same dtype is read

@@ -1,10 +1,9 @@
 // LoadInto: the file's tensors copied in place into existing tensors, matched by name.
-#include <algorithm>
 #include <chrono>
-#include <optional>
-#include <sstream>
+#include <utility>
 
 #include "loader/copy_views.h"
+#include "loader/into_check.h"
 #include "loader/plan.h"
 #include "loader/stream.h"
 #include "loader/tensors.h"
@@ -18,30 +17,6 @@ namespace {
 
 using Targets = std::vector<std::pair<std::string, at::Tensor>>;
 
-std::string Shape(c10::IntArrayRef s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
-
-std::string Quoted(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
-  return out;
-}
-
-// Why `target` cannot take `t`, or "" when it can.
-std::string Mismatch(const TensorInfo& t, const std::string& name, const at::Tensor& target) {
-  if (std::string why = loader::TargetProblem(name, target); !why.empty()) return why;
-  if (std::string why = loader::DTypeProblem(t, name, target); !why.empty()) return why;
-  if (c10::IntArrayRef(t.shape) != target.sizes())
-    return "size mismatch for '" + name + "': the file has shape " + Shape(t.shape) + ", the target has shape " +
-           Shape(target.sizes());
-  return "";
-}
-
 }  // namespace
 
 LoadIntoReport LoadInto(const Container& container, const Targets& targets, const LoadIntoOptions& options) {
@@ -54,40 +29,27 @@ LoadIntoReport LoadInto(const Container& container, const Targets& targets, cons
   (void)loader::VetObjectPickle(*c, options.base.allow_globals);
   LoadIntoReport report;
 
-  // Match by name; check every match before anything is written.
-  std::vector<std::pair<const std::pair<std::string, at::Tensor>*, TensorInfo>> matched;
-  std::vector<bool> wanted(c->tensor_count(), false);
-  std::vector<std::string> problems;
-  for (const auto& target : targets) {
-    std::optional<uint32_t> i = c->FindTensor(target.first);
-    if (!i) {
-      report.missing.push_back(target.first);
-      continue;
-    }
-    wanted[*i] = true;
-    TensorInfo info = c->tensor(*i);
-    std::string why = Mismatch(info, target.first, target.second);
-    if (!why.empty()) problems.push_back(why);
-    matched.emplace_back(&target, std::move(info));
+  // Match by name; check every match before anything is written (into_check.h: the checks
+  // Python's load_into runs too).
+  std::vector<loader::TargetFacts> facts;
+  facts.reserve(targets.size());
+  std::vector<std::string> undefined;
+  for (const auto& [name, tensor] : targets) {
+    if (!tensor.defined()) undefined.push_back(loader::TargetProblem(name, tensor));
+    else facts.push_back(loader::FactsOf(name, tensor));
   }
-  // Internal tensors (a DTensor's DeviceMesh) are not state entries: never "unexpected".
-  for (uint32_t i = 0; i < c->tensor_count(); ++i)
-    if (!wanted[i] && !(c->tensor(i).flags & format::kTensorInternal)) report.unexpected.emplace_back(c->tensor(i).name);
-  if (options.strict && (!report.missing.empty() || !report.unexpected.empty())) {
-    std::string keys;
-    if (!report.missing.empty()) keys = "Missing key(s): " + Quoted(report.missing);
-    if (!report.unexpected.empty()) keys += (keys.empty() ? "" : "; ") + ("Unexpected key(s): " + Quoted(report.unexpected));
-    problems.push_back(keys);
-  }
-  if (!problems.empty()) {
+  if (!undefined.empty()) {
     std::string msg = "cannot load " + path + " into the given tensors:";
-    for (const auto& p : problems) msg += "\n  " + p;
+    for (const auto& p : undefined) msg += "\n  " + p;
     throw Error(ErrorKind::kInvalidArgument, msg);
   }
+  loader::IntoMatch match = loader::CheckInto(*c, facts, options.strict);
+  report.missing = std::move(match.missing);
+  report.unexpected = std::move(match.unexpected);
 
   std::vector<loader::ViewCopy> copies;
-  copies.reserve(matched.size());
-  for (auto& [target, info] : matched) copies.push_back(loader::ViewCopy{target->second, std::move(info)});
+  copies.reserve(match.matched.size());
+  for (auto [target, tensor] : match.matched) copies.push_back(loader::ViewCopy{targets[target].second, c->tensor(tensor)});
   loader::ViewCopyReport r = loader::CopyViews(*c, std::move(copies), options.base, t0);
   report.tensors_copied = r.copies;
   report.tensors_direct = r.direct;

@@ -26,21 +26,19 @@ const char* ReadMethodName(ReadMethod method) {
 }
 
 LoadSizes ResolveLoadSizes(const LoadOptions& o, uint64_t chunk_bytes, unsigned object_connections) {
-  auto at_least_one = [](const auto& v, const char* name) {
-    if (v && *v == 0) throw Error(ErrorKind::kInvalidArgument, std::string("LoadOptions::") + name + " must be at least 1");
-  };
-  at_least_one(o.threads, "threads");
-  at_least_one(o.slots, "slots");
-  at_least_one(o.slot_bytes, "slot_bytes");
+  // A size set to 0 is the default, as an unset one (zckpt/load_options.h).
+  auto given = [](auto v) { return v && *v ? v : decltype(v){}; };
+  const auto threads = given(o.threads), slots = given(o.slots);
+  const auto slot_bytes = given(o.slot_bytes);
   LoadSizes r;
   // From an object each reader thread is one connection, waiting on the network more than on the
   // CPU: unset, as many as the source asks for.
-  r.threads = o.threads.value_or(std::max(DefaultReaderThreads(), object_connections));
-  r.slots = o.slots.value_or(std::max(kMinRingSlots, r.threads + 2));
-  r.slot_bytes = o.slot_bytes ? std::max((*o.slot_bytes + loader::kDirectIoAlign - 1) / loader::kDirectIoAlign * loader::kDirectIoAlign, chunk_bytes)
-                              : std::max(chunk_bytes, kDefaultSlotBytes);
-  r.batch_bytes = o.slot_bytes ? r.slot_bytes
-                               : std::max(r.slot_bytes, object_connections ? kObjectBatchBytes : kDestinationBatchBytes);
+  r.threads = threads.value_or(std::max(DefaultReaderThreads(), object_connections));
+  r.slots = slots.value_or(std::max(kMinRingSlots, r.threads + 2));
+  r.slot_bytes = slot_bytes ? std::max((*slot_bytes + loader::kDirectIoAlign - 1) / loader::kDirectIoAlign * loader::kDirectIoAlign, chunk_bytes)
+                            : std::max(chunk_bytes, kDefaultSlotBytes);
+  r.batch_bytes = slot_bytes ? r.slot_bytes
+                             : std::max(r.slot_bytes, object_connections ? kObjectBatchBytes : kDestinationBatchBytes);
   return r;
 }
 

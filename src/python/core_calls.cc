@@ -3,13 +3,17 @@
 // Python side reads and writes beside containers, and object storage folders.
 #include "python/core_calls.h"
 
+#include <iterator>
 #include <utility>
 
+#include "checkpoint/dcp_layout.h"
 #include "checkpoint/folder.h"
 #include "checkpoint/object_pickle.h"
 #include "checkpoint/source_kind.h"
 #include "common/atomic_file.h"
 #include "common/mapped_file.h"
+#include "common/stale_temps.h"
+#include "loader/into_check.h"
 #include "zckpt/container.h"
 #include "zckpt/convert.h"
 #include "zckpt/format.h"
@@ -254,6 +258,38 @@ Json WriteObjectCall(const Json& args, Reply&) {
   return nullptr;
 }
 
+// load_into's checks (loader/into_check.h, LoadInto's too) of "targets", each [name, strided,
+// device, has_storage, dtype, shape], against the open "checkpoint": {"matched": [[target index,
+// tensor index], ...], "missing": [...], "unexpected": [...]}, or the error listing every problem.
+Json CheckIntoCall(const Json& args, Reply&) {
+  std::vector<loader::TargetFacts> targets;
+  for (const Json& t : args.at("targets"))
+    targets.push_back({t.at(0).get<std::string>(), t.at(1).get<bool>(), t.at(2).get<std::string>(), t.at(3).get<bool>(),
+                       t.at(4).get<std::string>(), t.at(5).get<std::vector<int64_t>>()});
+  loader::IntoMatch match = loader::CheckInto(*HeldContainer(args), targets, args.at("strict").get<bool>());
+  Json matched = Json::array();
+  for (auto [target, tensor] : match.matched) matched.push_back(Json::array({target, tensor}));
+  return Json{{"matched", matched}, {"missing", match.missing}, {"unexpected", match.unexpected}};
+}
+
+// The format's constants the Python package needs, from their C++ homes (zckpt/format.h,
+// checkpoint/dcp_layout.h, common/stale_temps.h), so no Python module retypes them.
+Json FormatConstants(const Json&, Reply&) {
+  namespace f = format;
+  return Json{
+      {"container_magic", std::vector<int>(std::begin(f::kSuperblockMagic), std::end(f::kSuperblockMagic))},
+      {"tensor_flags",
+       {{"requires_grad", f::kTensorRequiresGrad}, {"parameter", f::kTensorParameter}, {"conj", f::kTensorConj},
+        {"neg", f::kTensorNeg}, {"dtensor", f::kTensorDTensorLocal}, {"sharded", f::kTensorShardedLocal},
+        {"quantized", f::kTensorQuantized}, {"internal", f::kTensorInternal}}},
+      {"dcp",
+       {{"metadata_name", std::string(dcp::kMetadataName)}, {"container_suffix", std::string(dcp::kContainerSuffix)},
+        {"piece_class", std::string(dcp::kPieceClass)}, {"bytes_blob_prefix", std::string(dcp::kBytesBlobPrefix)},
+        {"bytes_at_blob", std::string(dcp::kBytesAtBlob)}}},
+      {"stale_temp_seconds", kStaleTempSeconds},
+  };
+}
+
 }  // namespace
 
 void AddContainerCalls(CallTable& calls) {
@@ -273,6 +309,8 @@ void AddContainerCalls(CallTable& calls) {
   calls["list_objects"] = ListObjectsCall;
   calls["read_object"] = ReadObjectCall;
   calls["write_object"] = WriteObjectCall;
+  calls["format_constants"] = FormatConstants;
+  calls["check_into"] = CheckIntoCall;
 }
 
 }  // namespace zckpt::python

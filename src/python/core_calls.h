@@ -139,7 +139,7 @@ Json RunCall(const std::string& name, const Json& args, Reply& reply);
 // The calls of each file, added to the table RunCall reads.
 using Call = Json (*)(const Json& args, Reply& reply);
 using CallTable = std::unordered_map<std::string, Call>;
-void AddContainerCalls(CallTable& calls);  // core_calls.cc: open, describe, convert, verify, files, objects
+void AddContainerCalls(CallTable& calls);  // core_calls.cc: open, describe, convert, verify, files, objects, format constants, load_into's checks
 void AddLoadCalls(CallTable& calls);       // core_load_calls.cc: buffers, loads, mappings, saves, copies
 void AddShardedCalls(CallTable& calls);    // core_sharded.cc: the container writer, DCP, merge
 

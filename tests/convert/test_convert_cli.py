@@ -11,7 +11,6 @@ from conftest import assert_nothing_written
 
 @pytest.mark.parametrize("options,message", [
     (["--chunk-bytes", "1000"], "multiple of 4096"),
-    (["--chunk-bytes", "0"], "multiple of 4096"),
     (["--chunk-bytes", "2G"], "multiple of 4096"),
     (["--chunk-bytes", "12X"], "unknown size suffix"),
     (["--zstd", "23"], "--zstd takes 0..22"),

@@ -454,17 +454,6 @@ TEST(Load, BadOptionsAndFiles) {
   testing::TempDir dir;
   Fixture f = BigAndSmall(1);
   std::string path = f.WriteIn(dir, "o.zckpt");
-  LoadOptions o;
-  o.slots = 0;
-  try {
-    Load(path, kCpu, o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-  }
-  o = LoadOptions{};
-  o.threads = 0;
-  EXPECT_THROW(Load(path, kCpu, o), Error);
   try {
     Load(dir.File("missing.zckpt"), kCpu);
     FAIL();
@@ -491,14 +480,15 @@ TEST(Load, SlotBytesRoundUpToTheChunk) {
   EXPECT_EQ(r.stats.slot_bytes, 16384u);
   o.slot_bytes.reset();  // unset: max(chunk, kDefaultSlotBytes)
   EXPECT_EQ(Load(path, kCpu, o).stats.slot_bytes, 8u << 20);
-  o.slot_bytes = 0;  // set, it must be at least 1
-  EXPECT_THROW(Load(path, kCpu, o), Error);
+  o.slot_bytes = 0;  // 0 is the default, as unset
+  EXPECT_EQ(Load(path, kCpu, o).stats.slot_bytes, 8u << 20);
 }
 
 // The ring's slots follow the reader threads the load runs with (--slots' default "threads + 2,
 // at least 4"), not the default thread count of when the options were built.
-// One resolver says what every unset option becomes, for a file and for an object; a set
-// option is taken as it is (an object's connections never override the caller's threads).
+// One resolver says what every unset option (or one set to 0) becomes, for a file and for an
+// object; any other set option is taken as it is (an object's connections never override the
+// caller's threads).
 TEST(LoadOptions, OneResolverForEverySize) {
   LoadOptions o;
   LoadSizes file = ResolveLoadSizes(o, 1 << 20);
@@ -517,11 +507,15 @@ TEST(LoadOptions, OneResolverForEverySize) {
   EXPECT_EQ(object.threads, 3u);
   EXPECT_EQ(object.slot_bytes, 8192u);
   EXPECT_EQ(object.batch_bytes, 8192u);
-  for (auto zero : {&LoadOptions::threads, &LoadOptions::slots}) {
-    LoadOptions z;
-    z.*zero = 0u;
-    EXPECT_THROW(ResolveLoadSizes(z, 4096), Error);
-  }
+  LoadOptions zero;  // 0 is the default, as unset
+  zero.threads = 0u;
+  zero.slots = 0u;
+  zero.slot_bytes = 0u;
+  LoadSizes unset = ResolveLoadSizes(LoadOptions{}, 4096, 16), zeroed = ResolveLoadSizes(zero, 4096, 16);
+  EXPECT_EQ(zeroed.threads, unset.threads);
+  EXPECT_EQ(zeroed.slots, unset.slots);
+  EXPECT_EQ(zeroed.slot_bytes, unset.slot_bytes);
+  EXPECT_EQ(zeroed.batch_bytes, unset.batch_bytes);
 }
 
 TEST(LoadOptions, SlotsFollowTheReaderThreads) {

@@ -319,10 +319,10 @@ int RunLoad(const Argv& argv) {
   auto slots = args.GetInt("slots");
   auto threads = args.Has("threads") ? args.GetInt("threads") : args.GetInt("j-threads");
   if (!args.ok()) return UsageError("load", args.error());
-  if (slot && *slot < 1) return UsageError("load", "--slot-bytes must be >= 1");
-  if (slots && *slots < 1) return UsageError("load", "--slots must be >= 1");
+  // 0 is the default, as for the library (zckpt/load_options.h).
+  if (slots && *slots < 0) return UsageError("load", "--slots must be >= 0 (0: the default)");
   if (slot) options.slot_bytes = *slot;
-  if (threads && *threads < 1) return UsageError("load", "--threads must be >= 1");
+  if (threads && *threads < 0) return UsageError("load", "--threads must be >= 0 (0: the default)");
   if (slots) options.slots = static_cast<unsigned>(*slots);
   if (threads) options.threads = static_cast<unsigned>(*threads);
   if (auto m = args.Get("method")) {

@@ -37,7 +37,7 @@ constexpr const char* kHelp =
     "(s3://BUCKET/PREFIX/: every object under the prefix, as a local folder; a DCP folder of\n"
     "__R_N.zckpt containers too), configured as the AWS CLI is (AWS_ENDPOINT_URL, AWS_PROFILE, ...).\n\n"
     "options:\n"
-    "  --threads N            checking threads per file, at least 1 (default: all cores)\n"
+    "  --threads N            checking threads per file (default, or 0: all cores)\n"
     "  -q, --quiet            print only the containers that are not OK (and the summary)\n"
     "  --json                 one JSON array, an object per container (and per DCP folder,\n"
     "                         with \"kind\": \"dcp\"); beside \"problems\" (messages),\n"
@@ -126,7 +126,7 @@ int RunVerify(const Argv& argv) {
   WarnDeprecated(args, "verify", "j-threads", "-j", "checking threads are --threads (-j is --jobs in convert)");
   auto threads = args.Has("threads") ? args.GetInt("threads") : args.GetInt("j-threads");
   if (!args.ok()) return UsageError("verify", args.error());
-  if (threads && *threads < 1) return UsageError("verify", "--threads must be >= 1");
+  if (threads && *threads < 0) return UsageError("verify", "--threads must be >= 0 (0: the default)");
   if (args.positional().empty()) return UsageError("verify", "no PATH given");
 
   bool json = args.Has("json"), quiet = args.Has("quiet");
