@@ -118,3 +118,17 @@ def test_without_its_framework_an_integration_names_the_extra(module, framework)
     with pytest.raises(ImportError, match=rf"pip install zckpt\[{module}\]"):
         integration = importlib.import_module(f"zckpt.{module}")
         integration.use_zckpt(object())
+
+
+def test_the_format_constants_are_the_cores(tmp_path):
+    """CONTAINER_MAGIC and the tensor flags come from the core (`_core.format_constants`), so a
+    container's first bytes are the magic and a conj view's record carries the conj bit."""
+    from zckpt import _core, _records
+
+    path = tmp_path / "c.zckpt"
+    zckpt.save({"z": torch.randn(4, dtype=torch.complex64).conj()}, path)
+    assert path.read_bytes()[:len(fio.CONTAINER_MAGIC)] == fio.CONTAINER_MAGIC == b"\x89ZCK\r\n\x1a\n"
+    assert fio.is_container(path)
+    (rec,) = _records.of_path(str(path))
+    assert rec.conj and not rec.neg and not rec.internal
+    assert _core.format_constants()["tensor_flags"]["conj"] == 1 << 2

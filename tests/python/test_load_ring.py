@@ -6,10 +6,13 @@ the slot the loader tries to allocate, threads in the reader threads the loader 
 and every ring shape must give back exactly what torch.load gives.
 """
 
+import json
+
 import pytest
 import torch
 
 import zckpt
+from zckpt_testing import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +98,42 @@ def test_bad_ring_keywords_are_refused_by_name(converted, kw):
         zckpt.load(path, **kw)
     with pytest.raises(ValueError, match=name):
         zckpt.load_into(path, {k: torch.zeros_like(v) for k, v in state.items()}, **kw)
+
+
+def test_zero_and_none_are_the_default_in_python_and_the_command(converted, monkeypatch, tmp_path):
+    """One rule for sizes and threads (README, "Python"): None, 0 and leaving them out all give
+    the default ring, in zckpt.load, load_into, verify, convert and save, and in `zckpt load`,
+    `zckpt verify` and `zckpt convert` alike."""
+    path, state = converted
+    default = _reader_threads(lambda: zckpt.load(path), monkeypatch)
+    assert _reader_threads(lambda: zckpt.load(path, threads=None, slots=None, slot_bytes=None), monkeypatch) == default
+    assert _reader_threads(lambda: zckpt.load(path, threads=0, slots=0, slot_bytes=0), monkeypatch) == default
+    target = {k: torch.zeros_like(v) for k, v in state.items()}
+    assert zckpt.load_into(path, target, threads=0, slots=0, slot_bytes=0) == ([], [])
+    _equal(target, state)
+    assert zckpt.verify(path, threads=0) == zckpt.verify(path, threads=None) == []
+
+    ring = ("threads", "slots", "slot_bytes")
+    plain = run_cli("load", path, "--json")
+    zero = run_cli("load", path, "--json", "--threads", "0", "--slots", "0", "--slot-bytes", "0")
+    assert plain.returncode == zero.returncode == 0, zero.stderr
+    assert [json.loads(zero.stdout)[k] for k in ring] == [json.loads(plain.stdout)[k] for k in ring]
+    assert run_cli("verify", "--threads", "0", path).returncode == 0
+    assert run_cli("load", path, "--threads", "-1").returncode == 2
+
+    pt = tmp_path / "state.pt"
+    torch.save(state, pt)
+    made = {}
+    for how, kw, args in (("unset", {}, []), ("none", dict(chunk_bytes=None, threads=None), None),
+                          ("zero", dict(chunk_bytes=0, threads=0), ["--chunk-bytes", "0", "--threads", "0"])):
+        made[how] = tmp_path / f"{how}.zckpt"
+        zckpt.convert(pt, made[how], **kw)
+        if args is not None:
+            cli = tmp_path / f"{how}-cli.zckpt"
+            assert run_cli("convert", pt, "-o", cli, *args).returncode == 0
+            made[how + "-cli"] = cli
+        saved = tmp_path / f"{how}-saved.zckpt"
+        zckpt.save(state, saved, **kw)
+        made[how + "-saved"] = saved
+    sizes = {how: json.loads(run_cli("ls", "--json", p).stdout)["chunk_bytes"] for how, p in made.items()}
+    assert set(sizes.values()) == {4 << 20}, sizes

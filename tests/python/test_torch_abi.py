@@ -1,4 +1,4 @@
-"""The torch the test-only zckpt._C runs under (zckpt/_abi.py), and `python -m zckpt` in the build.
+"""The torch the test-only zckpt._C runs under (torch_abi_check.py), and `python -m zckpt` in the build.
 
 The installed package has no _C (tools/install/test-install.sh's pip_package_is_torch_free); here:
 the rule itself, case by case, and the record this build wrote."""
@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import zckpt
-from zckpt import _abi, _build_info, _torch_build
+from zckpt import _build_info, _torch_build
 from zckpt_testing import build_root
+import torch_abi_check as _abi
 
 CUDA13 = ("2.15.0+cu132", "13.2", 1)
 

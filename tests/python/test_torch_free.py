@@ -398,11 +398,11 @@ def test_dcp_and_reshard_never_import_libzckpt(tmp_path):
         import torch
         import torch.distributed.checkpoint as dcp
         import zckpt
-        from zckpt import _core, _regions, _writer
+        from zckpt import _core, _load_ranges, _writer
         from zckpt.dcp import ZckptStorageReader, ZckptStorageWriter
         d = {str(tmp_path)!r}
         _writer.PIECE_BYTES = 4096  # small pieces and passes, so small tensors take those paths
-        _regions._STAGED_BYTES_PER_PASS = 8192
+        _load_ranges.STAGED_BYTES_PER_PASS = 8192
 
         torch.manual_seed(0)
         w = torch.randn(300, 70)

@@ -1,4 +1,4 @@
-"""Refuses zckpt._C under a torch it was not built for (_ext.py asks before importing it).
+"""Whether zckpt._C can run under a torch: a test helper, outside the package, since _C is too.
 
 zckpt._C is built for the test suite only (the same calls on LibTorch's C++ API, which the tests
 hold the package's torch-free paths against); no call of the package uses it, and it is never
@@ -7,7 +7,7 @@ release line: under another one they fail to load with an undefined symbol, or l
 misread torch's objects. The rule (as for any torch C++ extension): the same torch
 major.minor, the same flavour (CPU, or CUDA of the same major version: the libcudart soname
 the build linked), and the same C++11 ABI flag as the torch zckpt was built against
-(_torch_build.py, written at build time). Patch releases of torch are compatible.
+(zckpt/_torch_build.py, written at build time beside _C). Patch releases of torch are compatible.
 """
 import re
 
@@ -46,7 +46,7 @@ def check_torch():
     """Raises ImportError naming both torches when the imported torch is not one zckpt runs under."""
     import torch
 
-    from . import _build_info, _torch_build as b
+    from zckpt import _build_info, _torch_build as b
 
     running = (torch.__version__, torch.version.cuda or "", getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None))
     why = incompatibility((b.TORCH_VERSION, b.TORCH_CUDA, b.TORCH_CXX11_ABI), running)

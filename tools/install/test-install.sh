@@ -261,7 +261,7 @@ pip_torch_free() {
   local pkg needed
   pkg=$(pip_site)/zckpt
   ls "$pkg" "$pkg/bin"
-  if ls "$pkg" | grep -E '^(_C\.|_abi\.py|_ext\.py|_torch_build\.py|libzckpt\.so)|\.(cpython-.*|abi3)\.so$'; then
+  if ls "$pkg" | grep -E '^(_C\.|_torch_build\.py|libzckpt\.so)|\.(cpython-.*|abi3)\.so$'; then
     echo "the installed package holds the test-only _C, libzckpt or an extension module"; return 1
   fi
   needed=$(readelf -d "$pkg"/libzckpt_core.so "$pkg/bin/zckpt" | grep NEEDED) || return 1

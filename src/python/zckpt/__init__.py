@@ -29,7 +29,7 @@ torch-free core (`_core`); the rest imports torch (and checks its version) on fi
 from ._errors import (  # noqa: F401
     CancelledError, CorruptError, InvalidArgumentError, IoError, NotAContainerError, UnsafeError, UnsupportedError,
     ZckptError)
-from ._tools import convert, export, verify  # noqa: F401
+from ._torch_free_api import convert, export, verify  # noqa: F401
 
 # Names that need torch -> the module that defines them, imported on first access (PEP 562).
 _NEEDS_TORCH = {

@@ -3,19 +3,19 @@ import pickle
 
 import torch
 
-from . import _core
-from ._args import allowed_globals as _allowed
-from ._args import path_of as _path
-from ._args import ring_sizes
+from . import _core, _records
+from ._arg_checks import allowed_globals as _allowed
+from ._arg_checks import path_of as _path
+from ._arg_checks import ring_sizes
 from ._errors import CorruptError, ZckptError
 from ._host import frombuffer, host_bytes
 from ._into import load_into_targets
 from ._oom import OutOfMemoryError  # noqa: F401 - zckpt.OutOfMemoryError
-from ._ranges import device_bytes, device_index, load_ranges
-from ._restore import unpickle
-from ._sharded import FLAG_SHARDED, process_rank
+from ._load_ranges import device_bytes, device_index, load_ranges
+from ._unpickle import unpickle
+from ._sharded import process_rank
 from ._fsdp import fsdp1_modules, load_into_fsdp1
-from ._targets import optimizer_tensors, resolve
+from ._live_targets import optimizer_tensors, resolve
 
 
 class _CallerError(Exception):
@@ -29,7 +29,7 @@ class _CallerError(Exception):
 def _holds_sharded_tensors(ckpt):
     """Whether an open checkpoint's index records a ShardedTensor's local shard (the index and
     the vetted pickle agree on it: a ShardedTensor the pickle rebuilds)."""
-    return any(r["flags"] & FLAG_SHARDED for r in ckpt.tensor_records())
+    return any(r.sharded for r in _records.of_checkpoint(ckpt))
 
 
 def _replay(path, pickle_bytes, storage_for_key, weights_only, legacy, ckpt):

@@ -38,12 +38,19 @@ def allowed_globals(allow_globals, weights_only=False):
     return names
 
 
+def size(name, value):
+    """A size or a thread count (threads, slots, slot_bytes, chunk_bytes) as the package hands it
+    on: None for the default, else the positive int given. The one rule of the library, Python
+    and the `zckpt` command: None (unset) and 0 both mean the default, chosen automatically
+    (LoadOptions in zckpt/load_options.h and WriterOptions in zckpt/container_writer.h say what
+    each resolves to). Anything but None or an int >= 0 is a ValueError naming the argument."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be a positive integer (0 or None for the default), not {value!r}")
+    return value or None
+
+
 def ring_sizes(threads, slots, slot_bytes):
     """The loader's ring from the keyword arguments of load and load_into (the names of `zckpt load
-    --threads --slots --slot-bytes`), as a dict: None or 0 leaves the library's default
-    (LoadOptions in zckpt/load_options.h says what each resolves to)."""
-    values = {"threads": threads, "slots": slots, "slot_bytes": slot_bytes}
-    for name, v in values.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be a positive integer (or None for the default), not {v!r}")
-    return {k: v or None for k, v in values.items()}
+    --threads --slots --slot-bytes`), as a dict of size()s."""
+    return {"threads": size("threads", threads), "slots": size("slots", slots),
+            "slot_bytes": size("slot_bytes", slot_bytes)}

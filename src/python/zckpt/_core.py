@@ -448,3 +448,25 @@ def fsdp1_layout(dir, files):  # noqa: A002
 
 def merge(dir, out, files="model", keys=""):  # noqa: A002
     return _call("merge", dir=dir, out=out, files=files, keys=keys)
+
+
+_FORMAT_CONSTANTS = None
+
+
+def format_constants():
+    """The format's constants from their C++ homes, asked of the core once: "container_magic"
+    (bytes), "tensor_flags" (name -> bit), "dcp" (DCP's file and blob names), "stale_temp_seconds"."""
+    global _FORMAT_CONSTANTS
+    if _FORMAT_CONSTANTS is None:
+        made = _call("format_constants")
+        made["container_magic"] = bytes(made["container_magic"])
+        _FORMAT_CONSTANTS = made
+    return _FORMAT_CONSTANTS
+
+
+def check_into(checkpoint, targets, strict):
+    """load_into's checks (src/loader/into_check.h, zckpt::LoadInto's too) of `targets`, each
+    [name, strided, device, has_storage, dtype name, shape], against the open `checkpoint`:
+    {"matched": [[target index, tensor index], ...], "missing": [...], "unexpected": [...]}, or
+    InvalidArgumentError listing every problem."""
+    return checkpoint._call("check_into", targets=targets, strict=bool(strict))

@@ -8,11 +8,13 @@ import threading
 
 import torch
 
+from . import _core
 from ._patch import _weights_only
 
-# The first 8 bytes of every container (format-spec/zckpt-v1.md, the superblock's magic): a file
-# that does not start with them was written by torch.save (or is not a checkpoint at all).
-CONTAINER_MAGIC = b"\x89ZCK\r\n\x1a\n"
+# The first 8 bytes of every container (format-spec/zckpt-v1.md, the superblock's magic, as the
+# core has it): a file that does not start with them was written by torch.save (or is not a
+# checkpoint at all).
+CONTAINER_MAGIC = _core.format_constants()["container_magic"]
 
 
 def is_container(path):

@@ -34,7 +34,7 @@ import torch
 from . import _core, _paths
 from ._errors import ZckptError
 from ._into import load_element_runs, load_into_targets
-from ._sharded import FLAG_INTERNAL, check_rank_of_file, records_of, sibling
+from ._sharded import check_rank_of_file, records_of, sibling
 
 _CAN_IN_PLACE, _NEEDS_FALLBACK, _REFUSED = 2, 1, 0
 
@@ -187,7 +187,7 @@ def _plan_param(plan, unit, name, shape, info, shard, own):
 
 
 def _check_chunk(path, name, rec, shape, ws, rank):
-    ex = rec.extra
+    ex = rec.extra_fields
     lo, hi, _ = _row_chunk(shape[0] if shape else 0, ws, rank)
     want_offsets = [lo] + [0] * (len(shape) - 1)
     want_sizes = [hi - lo] + list(shape[1:])
@@ -219,7 +219,7 @@ def _agree(units, status, device):
 def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), sizes=None):
     """zckpt.load_into for a module holding FSDP1 units (see the module docstring). `allowed`:
     globals the files' pickles may name besides zckpt's allowlist (every file read is vetted);
-    `sizes`: the loader's threads, slots and slot_bytes (_args.ring_sizes; None: defaults).
+    `sizes`: the loader's threads, slots and slot_bytes (_arg_checks.ring_sizes; None: defaults).
     Returns (missing, unexpected)."""
     sizes = sizes or {}
     units = _units(model)
@@ -255,7 +255,7 @@ def load_into_fsdp1(path, model, strict, verify, weights_only, allowed=(), sizes
             loaded_names.add(name)
         expected = loaded_names
         missing = sorted(n for n in expected if n not in own)
-        unexpected = [n for n, r in own.items() if n not in expected and not (r.flags & FLAG_INTERNAL)]
+        unexpected = [n for n, r in own.items() if n not in expected and not r.internal]
         if strict and (missing or unexpected):
             keys = []
             if missing:
@@ -312,7 +312,7 @@ def fsdp_fallback(path, model, strict, verify, why, allowed=(), sizes=None):
     pg = model.process_group
     rank = torch.distributed.get_rank(pg)
     local = {n: torch.empty(r.shape, dtype=getattr(torch, r.dtype)) for n, r in own.items()
-             if not r.flags & FLAG_INTERNAL}
+             if not r.internal}
     load_into_targets(ckpt, list(local.items()), False, verify, list(allowed), sizes)
     state = {}
     for name in sorted(local):
@@ -320,7 +320,7 @@ def fsdp_fallback(path, model, strict, verify, why, allowed=(), sizes=None):
         if not rec.sharded:
             state[name] = local[name]
             continue
-        ex = rec.extra
+        ex = rec.extra_fields
         meta = ShardMetadata(list(ex["shard_offsets"]), list(ex["shard_sizes"]), f"rank:{rank}/cpu")
         state[name] = init_from_local_shards([Shard(local[name], meta)], *ex["global_shape"], process_group=pg)
     with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):

@@ -52,7 +52,7 @@ class RecentBuffers:
     its pages already faulted in, as the C++ TensorStream does."""
 
     _KEPT = 2
-    index = -1  # host memory (_ranges.load_ranges' device index)
+    index = -1  # host memory (_load_ranges.load_ranges' device index)
 
     def __init__(self):
         self._recent = []

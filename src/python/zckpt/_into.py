@@ -1,23 +1,15 @@
-"""load_into of CPU and CUDA targets on the torch-free core: the checks of the C++ LoadInto
-(names, dtype, shape, device, every target before the first byte moves), then one streaming pass
-that reads each tensor's bytes straight into its memory, host or device (`_ranges.load_ranges`),
-or, for a view torch cannot take byte for byte (strided or offset in its storage, conj/neg bits,
-a non-contiguous target), into a host staging buffer that is then copy_()'d into it."""
+"""load_into of CPU and CUDA targets on the torch-free core: the core's checks (names, dtype,
+shape, device, every target before the first byte moves: src/loader/into_check.h, the one home
+of the checks zckpt::LoadInto runs too; Python hands them what they need of each target), then
+streaming passes that read each tensor's bytes straight into its memory, host or device, or, for
+a view torch cannot take byte for byte (strided or offset in its storage, conj/neg bits, a
+non-contiguous target), into host staging buffers then copy_()'d into it
+(`_load_ranges.load_staged`)."""
 import torch
 
+from . import _core, _records
 from ._errors import ZckptError
-from ._host import byte_batches
-from ._ranges import load_ranges
-from ._sharded import FLAG_INTERNAL
-
-# Tensor record flags (include/zckpt/format.h; _sharded.py has those of sharded tensors).
-_FLAG_CONJ = 1 << 2
-_FLAG_NEG = 1 << 3
-_FLAG_QUANTIZED = 1 << 6
-
-# Staging buffers (views not written straight) are filled at most this many bytes per pass, so the
-# host memory a load_into takes beyond its targets stays bounded however many such views there are.
-_STAGED_BYTES_PER_PASS = 256 << 20
+from ._load_ranges import Staged, device_index, load_ranges, load_staged
 
 
 def dtype_name(dtype):
@@ -27,7 +19,9 @@ def dtype_name(dtype):
 
 
 def target_problem(name, t):
-    """Why `t` cannot be written in place at all, or ""."""
+    """Why `t` cannot be written in place at all, or "": for DCP's regions and FSDP1's element
+    runs, which the core's check_into does not cover (load_into's own targets go through it, and
+    its loader::TargetProblem says the same)."""
     if t.layout != torch.strided:
         return f"target '{name}' is not a dense (strided) tensor"
     if t.device.type not in ("cpu", "cuda"):
@@ -45,7 +39,7 @@ def target_problem(name, t):
 
 def saved_dtype(rec):
     """The torch dtype of a tensor record, or None when this torch has none of that name."""
-    saved = getattr(torch, rec["dtype"], None)
+    saved = getattr(torch, rec.dtype, None)
     return saved if isinstance(saved, torch.dtype) else None
 
 
@@ -53,70 +47,44 @@ def viewable_problem(rec, what):
     """Why a record cannot be rebuilt as a plain tensor here (its dtype unknown to this torch, or
     quantized: the quantizer lives in the pickle), or ""."""
     if saved_dtype(rec) is None:
-        return f"{what}: dtype {rec['dtype']} is not available in torch {torch.__version__}"
-    if rec["flags"] & _FLAG_QUANTIZED or rec["dtype"].startswith("q"):
+        return f"{what}: dtype {rec.dtype} is not available in torch {torch.__version__}"
+    if rec.quantized or rec.dtype.startswith("q"):
         return f"{what} is quantized: not supported here (zckpt.load rebuilds it through the pickle)"
-    return ""
-
-
-def _mismatch(rec, name, t):
-    """Why the record `rec` cannot go into `t`, or ""."""
-    why = target_problem(name, t) or viewable_problem(rec, f"'{name}'")
-    if why:
-        return why
-    if saved_dtype(rec) != t.dtype:
-        return f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {dtype_name(t.dtype)}"
-    if tuple(rec["shape"]) != tuple(t.shape):
-        return (f"size mismatch for '{name}': the file has shape {list(rec['shape'])}, "
-                f"the target has shape {list(t.shape)}")
     return ""
 
 
 def saved_contiguous(rec):
     """The record's bytes are its elements in order, with no conj/neg fix-up."""
-    if rec["flags"] & (_FLAG_CONJ | _FLAG_NEG):
+    if rec.conj or rec.neg:
         return False
     expected = 1
-    for size, stride in zip(reversed(rec["shape"]), reversed(rec["stride"])):
+    for size, stride in zip(reversed(rec.shape), reversed(rec.stride)):
         if size != 1 and stride != expected:
             return False
         expected *= size
     return True
 
 
-def _quoted(names):
-    return ", ".join(f'"{n}"' for n in names)
+def _facts(name, t):
+    """What the core's checks of a load into `t` need of it: [name, strided, device, has_storage,
+    dtype name, shape]. Wrapper subclasses (DTensor) have no storage of their own: writing
+    through their data_ptr() would write to nothing."""
+    try:
+        has_storage = not (t.numel() > 0 and t.data_ptr() == 0)
+    except (RuntimeError, NotImplementedError):
+        has_storage = False
+    return [name, t.layout == torch.strided, str(t.device), has_storage, dtype_name(t.dtype), list(t.shape)]
 
 
-def _check(path, records, named, strict):
-    """(matched (tensor, record) pairs, missing, unexpected); ZckptError listing every problem
-    when any target cannot take its record, or (strict) names do not match."""
-    by_name = {}
-    for r in records:
-        by_name.setdefault(r["name"], r)
-    matched, missing, problems, wanted = [], [], [], set()
-    for name, t in named:
-        rec = by_name.get(name)
-        if rec is None:
-            missing.append(name)
-            continue
-        wanted.add(name)
-        why = _mismatch(rec, name, t)
-        if why:
-            problems.append(why)
-        matched.append((t, rec))
-    # Internal tensors (a DTensor's DeviceMesh) are not state entries: never "unexpected".
-    unexpected = [r["name"] for r in records if r["name"] not in wanted and not r["flags"] & FLAG_INTERNAL]
-    if strict and (missing or unexpected):
-        keys = []
-        if missing:
-            keys.append(f"Missing key(s): {_quoted(missing)}")
-        if unexpected:
-            keys.append(f"Unexpected key(s): {_quoted(unexpected)}")
-        problems.append("; ".join(keys))
-    if problems:
-        raise ZckptError(f"cannot load {path} into the given tensors:" + "".join(f"\n  {p}" for p in problems))
-    return matched, missing, unexpected
+def _check(ckpt, named, strict):
+    """(matched (tensor, record) pairs, missing, unexpected): the core's checks
+    (src/loader/into_check.h), ZckptError listing every problem when any target cannot take its
+    record, or (strict) names do not match."""
+    named = list(named)
+    found = _core.check_into(ckpt, [_facts(name, t) for name, t in named], strict)
+    records = _records.of_checkpoint(ckpt)
+    matched = [(named[i][1], records[r]) for i, r in found["matched"]]
+    return matched, found["missing"], found["unexpected"]
 
 
 def saved_view(buffer, rec, dtype, base):
@@ -124,18 +92,13 @@ def saved_view(buffer, rec, dtype, base):
     byte `base` on: a staging buffer of bytes byte_begin..byte_end (base byte_begin) or the whole
     storage (base 0). Conj/neg bits as torch set them."""
     item = torch.empty(0, dtype=dtype).element_size()
-    offset = rec["storage_offset"] - base // item
-    view = torch.as_strided(buffer.view(dtype), rec["shape"], rec["stride"], offset)
-    if rec["flags"] & _FLAG_CONJ:
+    offset = rec.storage_offset - base // item
+    view = torch.as_strided(buffer.view(dtype), rec.shape, rec.stride, offset)
+    if rec.conj:
         view = view._conj()
-    if rec["flags"] & _FLAG_NEG:
+    if rec.neg:
         view = view._neg_view()
     return view
-
-
-def _index(t):
-    """-1 for a CPU tensor, else its CUDA device's index."""
-    return t.device.index if t.is_cuda else -1
 
 
 def load_into_targets(ckpt, named, strict, verify, allowed, sizes):
@@ -143,32 +106,22 @@ def load_into_targets(ckpt, named, strict, verify, allowed, sizes):
     checkpoint `ckpt`; returns (missing, unexpected). The object pickle is vetted and checked
     against the index first (as by load): one container, one answer."""
     ckpt.vetted_pickle(allowed)
-    matched, missing, unexpected = _check(ckpt.path, ckpt.tensor_records(), named, strict)
+    matched, missing, unexpected = _check(ckpt, named, strict)
     direct, staged = [], []
     for t, rec in matched:
-        if rec["byte_end"] == rec["byte_begin"]:
+        if rec.byte_end == rec.byte_begin:
             continue  # no elements
         if saved_contiguous(rec) and t.is_contiguous() and not t.is_conj() and not t.is_neg():
-            direct.append((t, rec))
+            direct.append(((rec.storage, rec.byte_begin, rec.byte_end, t.data_ptr(), device_index(t.device)), t))
         else:
-            staged.append((t, rec))
-    ranges = [(rec["storage"], rec["byte_begin"], rec["byte_end"], t.data_ptr(), _index(t)) for t, rec in direct]
-    # The first pass also fills the direct targets, so there is one even with nothing staged.
-    passes = list(byte_batches(staged, lambda s: s[1]["byte_end"] - s[1]["byte_begin"],
-                               _STAGED_BYTES_PER_PASS)) or [[]]
-    with torch.no_grad():  # as load_state_dict: in-place copies into leaves
-        for i, batch in enumerate(passes):
-            buffers = [torch.empty(rec["byte_end"] - rec["byte_begin"], dtype=torch.uint8) for _, rec in batch]
-            extra = [(rec["storage"], rec["byte_begin"], rec["byte_end"], b.data_ptr(), -1)
-                     for (_, rec), b in zip(batch, buffers)]
-            load_ranges(ckpt, (ranges if i == 0 else []) + extra, verify, **sizes)
-            for (t, rec), b in zip(batch, buffers):
-                t.copy_(saved_view(b, rec, t.dtype, rec["byte_begin"]))
-    # Bytes written behind autograd's back: bump the version counters as copy_ would have.
-    for t, _ in direct:
-        if not t.is_inference():
-            torch.autograd.graph.increment_version(t)
+            staged.append(Staged(rec.storage, rec.byte_begin, rec.byte_end, _copy_into(t, rec)))
+    load_staged(ckpt, direct, staged, verify, sizes)
     return missing, unexpected
+
+
+def _copy_into(t, rec):
+    """What a staged record's buffer becomes: copied into `t` as the saved view."""
+    return lambda buffer: t.copy_(saved_view(buffer, rec, t.dtype, rec.byte_begin))
 
 
 def load_element_runs(ckpt, runs, verify, allowed, sizes):
@@ -178,9 +131,7 @@ def load_element_runs(ckpt, runs, verify, allowed, sizes):
     contiguous in its storage. Every run is checked before a byte moves (ZckptError listing each
     problem), then one streaming pass reads each run's bytes straight into its target."""
     ckpt.vetted_pickle(allowed)
-    records = {}
-    for r in ckpt.tensor_records():
-        records.setdefault(r["name"], r)
+    records = _records.by_name(_records.of_checkpoint(ckpt))
     problems, ranges = [], []
     for name, begin, t in runs:
         rec = records.get(name)
@@ -188,11 +139,11 @@ def load_element_runs(ckpt, runs, verify, allowed, sizes):
             problems.append(f"'{name}' is not in the file")
             continue
         numel = 1
-        for n in rec["shape"]:
+        for n in rec.shape:
             numel *= n
         why = target_problem(name, t) or viewable_problem(rec, f"'{name}'")
         if not why and saved_dtype(rec) != t.dtype:
-            why = f"dtype mismatch for '{name}': the file has {rec['dtype']}, the target has {dtype_name(t.dtype)}"
+            why = f"dtype mismatch for '{name}': the file has {rec.dtype}, the target has {dtype_name(t.dtype)}"
         if not why and not saved_contiguous(rec):
             why = f"'{name}' is not contiguous in its storage: element ranges need a contiguous saved tensor"
         if not why and not t.is_contiguous():
@@ -202,8 +153,8 @@ def load_element_runs(ckpt, runs, verify, allowed, sizes):
         if why:
             problems.append(why)
         elif t.numel():
-            first = rec["byte_begin"] + begin * t.element_size()
-            ranges.append((rec["storage"], first, first + t.numel() * t.element_size(), t.data_ptr(), _index(t)))
+            first = rec.byte_begin + begin * t.element_size()
+            ranges.append((rec.storage, first, first + t.numel() * t.element_size(), t.data_ptr(), device_index(t.device)))
     if problems:
         raise ZckptError(f"cannot load regions of {ckpt.path}:" + "".join(f"\n  {p}" for p in problems))
     load_ranges(ckpt, ranges, verify, **sizes)

@@ -5,14 +5,14 @@ import os
 
 import torch
 
-from . import _core, _paths
-from ._args import allowed_globals as _allowed
-from ._args import path_of as _path
+from . import _core, _paths, _records
+from ._arg_checks import allowed_globals as _allowed
+from ._arg_checks import path_of as _path
 from ._errors import CorruptError, ZckptError, findings_error
 from ._host import RecentBuffers, byte_batches, frombuffer
 from ._into import saved_contiguous, saved_dtype, saved_view, viewable_problem
-from ._ranges import device_bytes, device_index, load_ranges
-from ._sharded import FLAG_INTERNAL, records_of
+from ._load_ranges import device_bytes, device_index, load_ranges
+from ._sharded import records_of
 
 _INDEX_SUFFIX = ".zckpt.index.json"  # what `zckpt convert` writes for model.safetensors.index.json
 
@@ -121,9 +121,9 @@ def _plain_records(c, allowed):
     the object pickle is vetted (it must describe the index's tensors, as for load) and every
     record is known to be rebuildable as a plain tensor: errors before the first yield."""
     c.vetted_pickle(allowed)
-    records = [r for r in c.tensor_records() if not r["flags"] & FLAG_INTERNAL]
+    records = [r for r in _records.of_checkpoint(c) if not r.internal]
     for r in records:
-        why = viewable_problem(r, f"tensor '{r['name']}' in {c.path}")
+        why = viewable_problem(r, f"tensor '{r.name}' in {c.path}")
         if why:
             raise ZckptError(why)
     return records
@@ -162,16 +162,16 @@ _BATCH_BYTES = 8 << 20
 
 def _fill(c, batch, buffers, verify):
     """(uint8 tensor, address) per record of `batch`, filled by one streaming pass."""
-    raws = [buffers.take(r["byte_end"] - r["byte_begin"]) for r in batch]
-    ranges = [(r["storage"], r["byte_begin"], r["byte_end"], address, buffers.index)
-              for r, (_, address) in zip(batch, raws) if r["byte_end"] > r["byte_begin"]]
+    raws = [buffers.take(r.byte_end - r.byte_begin) for r in batch]
+    ranges = [(r.storage, r.byte_begin, r.byte_end, address, buffers.index)
+              for r, (_, address) in zip(batch, raws) if r.byte_end > r.byte_begin]
     if ranges:
         load_ranges(c, ranges, verify)
     return raws
 
 
 def _fill_each(c, records, buffers, verify):
-    for batch in byte_batches(records, lambda r: r["byte_end"] - r["byte_begin"], _BATCH_BYTES):
+    for batch in byte_batches(records, lambda r: r.byte_end - r.byte_begin, _BATCH_BYTES):
         try:
             raws = _fill(c, batch, buffers, verify)
         except CorruptError:
@@ -184,7 +184,7 @@ def _fill_each(c, records, buffers, verify):
             raws[i] = None  # the consumer's reference is the only one left
             t = _rebuilt(raw, r)
             raw = None
-            yield r["name"], t
+            yield r.name, t
             t = None  # a buffer the consumer dropped is free for the next batch
 
 
@@ -193,7 +193,7 @@ def _fill_each_alone(c, batch, buffers, verify):
         (raw, _), = _fill(c, [r], buffers, verify)
         t = _rebuilt(raw, r)
         raw = None
-        yield r["name"], t
+        yield r.name, t
         t = None
 
 
@@ -201,9 +201,9 @@ def _rebuilt(raw, r):
     """The record's tensor, dense, over (or copied from) `raw`, its bytes byte_begin..byte_end."""
     dtype = saved_dtype(r)
     if saved_contiguous(r):
-        return raw.view(dtype).view(r["shape"])
+        return raw.view(dtype).view(r.shape)
     # A strided or offset view, or conj/neg bits: rebuilt over its bytes, then made dense.
-    return saved_view(raw, r, dtype, r["byte_begin"]).contiguous()
+    return saved_view(raw, r, dtype, r.byte_begin).contiguous()
 
 
 def _mapped_tensors(c, verify, allowed):
@@ -213,7 +213,7 @@ def _mapped_tensors(c, verify, allowed):
     records = _plain_records(c, allowed)
     keys = [s["key"] for s in c.describe()["storages"]]
     mapped = {key: frombuffer(b) for key, b in c.map_storages(verify).items()}
-    return [(r["name"], saved_view(mapped[keys[r["storage"]]], r, saved_dtype(r), 0)) for r in records]
+    return [(r.name, saved_view(mapped[keys[r.storage]], r, saved_dtype(r), 0)) for r in records]
 
 
 def _flatten(sources):

@@ -5,24 +5,17 @@ piece that overlaps its own).
 Every region is checked before a byte moves (one ZckptError listing each problem). Only the byte
 ranges the boxes touch are read (whole chunks, each checked unless verify=False): straight into
 a contiguous destination, on the CPU or a CUDA device, when the box is one contiguous byte run of
-the same dtype; otherwise into host staging buffers, filled at most _STAGED_BYTES_PER_PASS per
-streaming pass, then copy_()'d into the destination (which converts dtypes and crosses to a CUDA
-destination). A
-corrupt chunk is a CorruptError naming the file, the storage, its tensors and the byte range;
+the same dtype; otherwise into host staging buffers (_load_ranges.load_staged), then copy_()'d
+into the destination (which converts dtypes and crosses to a CUDA destination). A corrupt chunk is a CorruptError naming the file, the storage, its tensors and the byte range;
 destinations may then be partly written."""
 import math
 
 import torch
 
-from . import _core
+from . import _core, _records
 from ._errors import ZckptError
-from ._host import byte_batches
 from ._into import saved_contiguous, saved_dtype, saved_view, target_problem, viewable_problem
-from ._ranges import device_index, load_ranges
-
-# Staging buffers are filled at most this many bytes per pass (a box larger than this alone), so
-# the host memory a load takes beyond its destinations stays bounded.
-_STAGED_BYTES_PER_PASS = 256 << 20
+from ._load_ranges import Staged, device_index, load_staged
 
 
 def storage_tensors(path):
@@ -31,8 +24,8 @@ def storage_tensors(path):
     ckpt = _core.open(path)
     keys = [s["key"] for s in ckpt.describe()["storages"]]
     out = {k: [] for k in keys}
-    for rec in ckpt.tensor_records():
-        out[keys[rec["storage"]]].append(rec["name"])
+    for rec in _records.of_checkpoint(ckpt):
+        out[keys[rec.storage]].append(rec.name)
     return out
 
 
@@ -41,32 +34,28 @@ def _dims(values):
 
 
 def _narrow(rec, name, offsets, lengths):
-    """(view, "") with view the record narrowed to the box (a record dict: shape, storage_offset,
+    """(view, "") with view the record narrowed to the box (a Record: shape, storage_offset,
     byte_begin/byte_end the box's extent, empty when it has no elements), or (None, why)."""
-    shape, stride = rec["shape"], rec["stride"]
+    shape, stride = rec.shape, rec.stride
     if len(offsets) != len(shape) or len(lengths) != len(shape):
         return None, f"'{name}' has {len(shape)} dimensions, the box offsets {_dims(offsets)} lengths {_dims(lengths)}"
     for o, n, s in zip(offsets, lengths, shape):
         if o < 0 or n < 0 or o > s or n > s - o:
             return None, (f"box offsets {_dims(offsets)} lengths {_dims(lengths)} is outside '{name}' of shape "
                           f"{_dims(shape)}")
-    view = dict(rec, shape=list(lengths))
-    view["storage_offset"] = rec["storage_offset"] + sum(o * st for o, st in zip(offsets, stride))
+    storage_offset = rec.storage_offset + sum(o * st for o, st in zip(offsets, stride))
     item = torch.empty(0, dtype=saved_dtype(rec)).element_size()
     if math.prod(lengths) == 0:
-        view["byte_begin"] = view["byte_end"] = 0
+        begin = end = 0
     else:
         last = sum((n - 1) * st for n, st in zip(lengths, stride))
-        view["byte_begin"] = view["storage_offset"] * item
-        view["byte_end"] = (view["storage_offset"] + last + 1) * item
-    return view, ""
+        begin, end = storage_offset * item, (storage_offset + last + 1) * item
+    return rec._replace(shape=tuple(lengths), storage_offset=storage_offset, byte_begin=begin, byte_end=end), ""
 
 
 def _check(ckpt, regions):
     """(view, target) per region with elements; ZckptError listing every region that cannot load."""
-    by_name = {}
-    for rec in ckpt.tensor_records():
-        by_name.setdefault(rec["name"], rec)
+    by_name = _records.by_name(_records.of_checkpoint(ckpt))
     checked, problems = [], []
     for name, offsets, lengths, target in regions:
         offsets, lengths = [int(o) for o in offsets], [int(n) for n in lengths]
@@ -83,7 +72,7 @@ def _check(ckpt, regions):
             view, why = _narrow(rec, name, offsets, lengths)
         if why:
             problems.append(why)
-        elif view["byte_end"] > view["byte_begin"]:
+        elif view.byte_end > view.byte_begin:
             checked.append((view, target))
     if problems:
         raise ZckptError(f"cannot load regions of {ckpt.path}:" + "".join(f"\n  {p}" for p in problems))
@@ -96,33 +85,22 @@ def _one_run(view, target):
             and not target.is_conj() and not target.is_neg())
 
 
-class _Staged:
-    """Bytes [begin, end) of a storage read into a host buffer, then copy_()'d into `dst`:
-    a box rebuilt as its saved view (`view`), or a run of raw bytes (view None)."""
-
-    __slots__ = ("storage", "begin", "end", "dst", "view")
-
-    def __init__(self, storage, begin, end, dst, view=None):
-        self.storage, self.begin, self.end, self.dst, self.view = storage, begin, end, dst, view
-
-    def copy_from(self, buffer):
-        src = buffer if self.view is None else saved_view(buffer, self.view, saved_dtype(self.view), self.begin)
-        self.dst.copy_(src)
+def _copy_into(view, target):
+    """What a staged box's buffer becomes: its saved view copy_()'d into the target."""
+    return lambda buffer: target.copy_(saved_view(buffer, view, saved_dtype(view), view.byte_begin))
 
 
 def _plan(checked):
-    """(direct ranges, staged parts, direct targets, number of staged regions). A box that is one
-    run of bytes goes straight into its target, on the CPU or a CUDA device; any other is staged."""
-    direct, staged, direct_targets, staged_regions = [], [], [], 0
+    """(direct (range, target) pairs, staged parts). A box that is one run of bytes goes straight
+    into its target, on the CPU or a CUDA device; any other is staged."""
+    direct, staged = [], []
     for view, target in checked:
-        storage, begin, end = view["storage"], view["byte_begin"], view["byte_end"]
         if _one_run(view, target):
-            direct.append((storage, begin, end, target.data_ptr(), device_index(target.device)))
-            direct_targets.append(target)
-            continue
-        staged_regions += 1
-        staged.append(_Staged(storage, begin, end, target, view))
-    return direct, staged, direct_targets, staged_regions
+            direct.append(((view.storage, view.byte_begin, view.byte_end, target.data_ptr(),
+                            device_index(target.device)), target))
+        else:
+            staged.append(Staged(view.storage, view.byte_begin, view.byte_end, _copy_into(view, target)))
+    return direct, staged
 
 
 def load_regions(path, regions, verify=True, allow_globals=()):
@@ -133,23 +111,7 @@ def load_regions(path, regions, verify=True, allow_globals=()):
     ckpt = _core.open(path)  # one open file for the records, the pickle and the bytes
     _core.check_object_pickle(ckpt, list(allow_globals))
     checked = _check(ckpt, regions)
-    direct, staged, direct_targets, staged_regions = _plan(checked)
-    report = {"regions": len(regions), "direct": len(direct), "staged": staged_regions,
-              "stored_bytes": 0, "raw_bytes": 0, "chunks": 0}
-    # The first pass also fills the direct targets, so there is one even with nothing staged.
-    passes = list(byte_batches(staged, lambda s: s.end - s.begin, _STAGED_BYTES_PER_PASS)) or [[]]
-    with torch.no_grad():  # as load_state_dict: in-place copies into leaves
-        for i, batch in enumerate(passes):
-            buffers = [torch.empty(s.end - s.begin, dtype=torch.uint8) for s in batch]
-            ranges = (direct if i == 0 else []) + [(s.storage, s.begin, s.end, b.data_ptr(), -1)
-                                                    for s, b in zip(batch, buffers)]
-            stats = load_ranges(ckpt, ranges, verify)
-            for key in ("stored_bytes", "raw_bytes", "chunks"):
-                report[key] += stats[key]
-            for s, b in zip(batch, buffers):
-                s.copy_from(b)
-    # Bytes written behind autograd's back: bump the version counters as copy_ would have.
-    for t in direct_targets:
-        if not t.is_inference():
-            torch.autograd.graph.increment_version(t)
+    direct, staged = _plan(checked)
+    report = {"regions": len(regions), "direct": len(direct), "staged": len(staged)}
+    report.update(load_staged(ckpt, direct, staged, verify))
     return report

@@ -21,6 +21,7 @@ import torch
 import torch.serialization as _serialization
 
 from . import _core
+from ._arg_checks import size
 from ._errors import ZckptError
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
@@ -132,9 +133,11 @@ def _bytes_of(storage):
 
 
 def _check_options(chunk_bytes, zstd_level, threads):
-    for name, value in (("chunk_bytes", chunk_bytes), ("zstd_level", zstd_level), ("threads", threads)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, not {value!r}")
+    """(chunk_bytes, threads) as the writer takes them, 0 for the default (_arg_checks.size);
+    ValueError for a bad one, zstd_level included."""
+    if not isinstance(zstd_level, int) or isinstance(zstd_level, bool) or zstd_level < 0:
+        raise ValueError(f"zstd_level must be a non-negative int, not {zstd_level!r}")
+    return size("chunk_bytes", chunk_bytes) or 0, size("threads", threads) or 0
 
 
 def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chunk_bytes=0, zstd_level=0,
@@ -148,13 +151,13 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     Atomic: the file appears only when complete (temporary, fsync, rename); a failed save leaves
     nothing at `f` (a file already there stays as it was).
 
-    chunk_bytes: container chunk size (0: 4 MiB). zstd_level: 0 (default) stores raw; 1..22
+    chunk_bytes: container chunk size (0 or None: 4 MiB). zstd_level: 0 (default) stores raw; 1..22
     compresses each chunk, keeping it raw when that does not shrink it. threads: hashing /
-    compressing threads (0: one per core). metadata: {str: str} for the container's metadata
+    compressing threads (0 or None: one per core). metadata: {str: str} for the container's metadata
     table (keys starting with 'zckpt.' are reserved).
     """
     path = _path(f)
-    _check_options(chunk_bytes, zstd_level, threads)
+    chunk_bytes, threads = _check_options(chunk_bytes, zstd_level, threads)
     data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
     tensors = {key: _bytes_of(s) for key, s in storages.items()}
     return _save_pickled(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
@@ -195,7 +198,7 @@ class AsyncSaver:
         zckpt.save). Errors taking the snapshot (an unpicklable object) are raised here; errors
         writing are raised by the Future's result()."""
         path = _path(f)
-        _check_options(chunk_bytes, zstd_level, threads)
+        chunk_bytes, threads = _check_options(chunk_bytes, zstd_level, threads)
         with self._lock:
             self._wait_pending()
             data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)

@@ -9,70 +9,36 @@ The converter records, per tensor (`zckpt ls --json` shows it as `extra`):
     that rank is taken from the verl-style file name (`..._world_size_W_rank_R`).
 """
 import functools
-import json
 import os
 import re
 
 import torch
 
 from . import _paths
-from . import _core
+from . import _core, _records
 from ._errors import ZckptError
-
-FLAG_DTENSOR = 1 << 4
-FLAG_SHARDED = 1 << 5
-FLAG_INTERNAL = 1 << 7
 
 # verl's per-rank names: model_world_size_8_rank_3.pt (and their conversions).
 _RANK_NAME = re.compile(r"^(?P<head>.*_world_size_)(?P<ws>\d+)(?P<mid>_rank_)(?P<rank>\d+)(?P<tail>\.[^/]*)?$")
 
 
-class Record:
-    """One tensor record of a container: name, dtype, (local) shape, flags, parsed extra."""
-
-    __slots__ = ("name", "dtype", "shape", "flags", "extra")
-
-    def __init__(self, d):
-        self.name = d["name"]
-        self.dtype = d["dtype"]
-        self.shape = tuple(d["shape"])
-        self.flags = d["flags"]
-        self.extra = json.loads(d["extra"]) if d["extra"] else {}
-
-    @property
-    def sharded(self):
-        return bool(self.flags & FLAG_SHARDED)
-
-    @property
-    def dtensor(self):
-        return bool(self.flags & FLAG_DTENSOR)
-
-    @property
-    def internal(self):
-        return bool(self.flags & FLAG_INTERNAL)
-
-
-def _by_name(tensor_records):
-    return {d["name"]: Record(d) for d in tensor_records}
-
-
 @functools.lru_cache(maxsize=64)
-def _records_cached(path, mtime_ns, size):
-    return _by_name(_core.tensor_records(path))
+def _cached_records(path, mtime_ns, size):
+    return _records.by_name(_records.of_path(path))
 
 
 def records(path):
-    """name -> Record for every tensor of the container at `path` (the index only is read); a
+    """name -> _records.Record for every tensor of the container at `path` (the index only is read); a
     local file's are cached while its mtime and size stay, an object's are read each time."""
     if _paths.is_url(path):
-        return _by_name(_core.tensor_records(path))
+        return _records.by_name(_records.of_path(path))
     st = os.stat(path)
-    return _records_cached(path, st.st_mtime_ns, st.st_size)
+    return _cached_records(path, st.st_mtime_ns, st.st_size)
 
 
 def records_of(ckpt):
     """records() of an opened checkpoint (either module's): the index of that very open file."""
-    return _by_name(ckpt.tensor_records())
+    return _records.by_name(_records.of_checkpoint(ckpt))
 
 
 def saved_rank(path):
@@ -167,7 +133,7 @@ def local_target(path, name, t, rec):
         return shards[0].tensor
     if rec is not None and (rec.sharded or rec.dtensor):
         kind = "a ShardedTensor shard" if rec.sharded else "a DTensor's local tensor"
-        glob = rec.extra.get("global_shape")
+        glob = rec.extra_fields.get("global_shape")
         if glob is not None and list(glob) != list(rec.shape):
             raise ZckptError(f"{path}: '{name}' is saved as {kind} (global shape {glob}, this shard "
                                 f"{list(rec.shape)}); the target is a plain tensor of shape {list(t.shape)}")
@@ -178,7 +144,7 @@ def _check_dtensor(path, name, t, rec):
     problems = []
     if not rec.dtensor:
         problems.append("the file holds a plain tensor, the target is a DTensor")
-    ex = rec.extra
+    ex = rec.extra_fields
     if "global_shape" in ex and list(ex["global_shape"]) != list(t.shape):
         problems.append(f"global shape {ex['global_shape']} saved, the target's is {list(t.shape)}")
     if "placements" in ex:
@@ -196,7 +162,7 @@ def _check_sharded(path, name, t, shard, rec):
     problems = []
     if not rec.sharded:
         problems.append("the file holds a plain tensor, the target is a ShardedTensor shard")
-    ex, meta = rec.extra, shard.metadata
+    ex, meta = rec.extra_fields, shard.metadata
     if "global_shape" in ex and list(ex["global_shape"]) != list(t.size()):
         problems.append(f"global shape {ex['global_shape']} saved, the target's is {list(t.size())}")
     if "shard_offsets" in ex and list(ex["shard_offsets"]) != list(meta.shard_offsets):

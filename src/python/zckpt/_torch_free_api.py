@@ -1,18 +1,19 @@
 """The torch-free entry points: convert, export and verify run on zckpt._core, so they work
 where torch is not installed (as the `zckpt` command does)."""
 from . import _core
-from ._args import allowed_globals, path_of, ring_sizes
+from ._arg_checks import allowed_globals, path_of, size
 from ._errors import findings_error
 
 
 def convert(src, dst=None, *, chunk_bytes=0, zstd_level=0, threads=0, allow_globals=()):
     """Converts a torch.save file to a container (no Python code from the file runs): its
     pickle's globals must be on zckpt's allowlist of data globals or in allow_globals
-    ('module.name' strings or the classes themselves); UnsafeError otherwise.
+    ('module.name' strings or the classes themselves); UnsafeError otherwise. chunk_bytes and
+    threads: 0 or None for the default (4 MiB chunks, all cores), as `zckpt convert`.
     Returns a dict of statistics."""
     src = path_of(src)
-    return _core.convert(src, path_of(dst) if dst is not None else "", chunk_bytes, zstd_level, threads,
-                         allowed_globals(allow_globals))
+    return _core.convert(src, path_of(dst) if dst is not None else "", size("chunk_bytes", chunk_bytes) or 0,
+                         zstd_level, size("threads", threads) or 0, allowed_globals(allow_globals))
 
 
 def export(src, dst, *, format=None, allow_globals=()):
@@ -38,7 +39,7 @@ def verify(path, *, threads=None, raise_on_error=True):
     its own attributes of those names are the first problem's (as every ZckptError's are its
     own). A file that could not be checked at all (missing, unreadable, not a container,
     unsupported) raises its ZckptError, where `zckpt verify` exits 2."""
-    found = _core.verify(path_of(path), ring_sizes(threads, None, None)["threads"])
+    found = _core.verify(path_of(path), size("threads", threads))
     problems = [p["message"] for p in found]
     if problems and raise_on_error:
         raise findings_error("\n".join(problems), found)

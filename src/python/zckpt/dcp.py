@@ -57,18 +57,21 @@ from torch.futures import Future
 
 from . import _core, _paths
 from ._errors import CorruptError, ZckptError
-from ._args import allowed_globals as _allowed
+from ._arg_checks import allowed_globals as _allowed
+from ._arg_checks import size
 from ._regions import load_regions, storage_tensors
 from ._writer import write_tensor
 
 __all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
 
-METADATA_NAME = ".metadata"
-SUFFIX = ".zckpt"
-DCP_CLASS = "torch.distributed.checkpoint"
-BYTES_PREFIX = "dcp.bytes/"
+# DCP's names in a folder and a container, as the core has them (checkpoint/dcp_layout.h).
+_NAMES = _core.format_constants()["dcp"]
+METADATA_NAME = _NAMES["metadata_name"]
+SUFFIX = _NAMES["container_suffix"]
+DCP_CLASS = _NAMES["piece_class"]
+BYTES_PREFIX = _NAMES["bytes_blob_prefix"]
 # Converted folders (zckpt convert of a FileSystemWriter folder) name pieces by source offset.
-CONVERTED_BYTES_PREFIX = "dcp.bytes@"
+CONVERTED_BYTES_PREFIX = _NAMES["bytes_at_blob"]
 
 
 def piece_name(fqn, offsets):
@@ -106,9 +109,9 @@ class ZckptStorageWriter(StorageWriter):
     def __init__(self, path, *, chunk_bytes=0, zstd_level=0, threads=0, overwrite=True):
         super().__init__()
         self.path = os.fspath(path)
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes = size("chunk_bytes", chunk_bytes) or 0
         self.zstd_level = zstd_level
-        self.threads = threads
+        self.threads = size("threads", threads) or 0
         self.overwrite = overwrite
         self.save_id = str(uuid.uuid4())
         self.rank = None

@@ -375,7 +375,7 @@ def _torch_save(state, path):
 
 
 WORKDIR_PREFIX = ".zckpt-reshard-"
-STALE_SECONDS = 5  # as common/stale_temps.h's kStaleTempSeconds
+STALE_SECONDS = _core.format_constants()["stale_temp_seconds"]  # common/stale_temps.h's rule
 
 
 def _alive(pid):

@@ -80,10 +80,9 @@ def make_optimizer_state(optimizer):
 
 
 def _is_lora_only(path):
-    from . import _core
-    from ._sharded import FLAG_INTERNAL
+    from . import _records
 
-    names = [r["name"] for r in _core.tensor_records(path) if not r["flags"] & FLAG_INTERNAL]
+    names = [r.name for r in _records.of_path(path) if not r.internal]
     return bool(names) and all("lora_" in n or ".adapter_" in n for n in names)
 
 
