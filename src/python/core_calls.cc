@@ -1,6 +1,7 @@
 // The call table, handles and replies (core_calls.h), and the calls on whole files: open and
 // describe a checkpoint, its records and vetted pickle, convert, export, verify, the files the
-// Python side reads and writes beside containers, and object storage folders.
+// Python side reads and writes beside containers, object storage folders, the format's constants
+// and load_into's checks of its targets against a checkpoint.
 #include "python/core_calls.h"
 
 #include <iterator>
