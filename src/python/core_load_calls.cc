@@ -47,6 +47,7 @@ Json CudaRuntimeCall(const Json&, Reply&) {
 // archive's other records as torch's zip writer made them (zckpt/_save.py). CUDA storages go
 // through the pinned ring of save/device_reader.h, its copies waiting for "streams"' stream on
 // their device ([device, cudaStream_t address] pairs; the caller holds torch's device guard).
+// "allow_globals": the "module.name" globals the pickle may name besides the allowlist.
 Json SavePickled(const Json& args, Reply&) {
   auto path = args.at("path").get<std::string>();
   save::PickledBytes checkpoint;
@@ -60,6 +61,7 @@ Json SavePickled(const Json& args, Reply&) {
     checkpoint.record_bytes[name] = std::string(ArgBytes(bytes));
   checkpoint.prefix = args.at("prefix").get<std::string>();
   for (const auto& [key, value] : args.at("metadata").items()) checkpoint.metadata[key] = value.get<std::string>();
+  checkpoint.allow_globals = args.at("allow_globals").get<std::vector<std::string>>();
   std::map<int, CUstream_st*> streams;
   for (const Json& s : args.at("streams"))
     streams[s.at(0).get<int>()] = reinterpret_cast<CUstream_st*>(s.at(1).get<uint64_t>());

@@ -104,7 +104,9 @@ SaveStats SavePickledBytes(const std::string& path, const PickledBytes& checkpoi
     CheckMetadata(path, checkpoint.metadata);
     // The converter's reading of the pickle: storages and tensor records exactly as `zckpt
     // convert` derives them from the equivalent .pt file.
-    pickle::UnpickleResult tree = pickle::Unpickle(AsBytes(checkpoint.pickle));
+    pickle::UnpickleOptions read;
+    read.allow_globals = checkpoint.allow_globals;
+    pickle::UnpickleResult tree = pickle::Unpickle(AsBytes(checkpoint.pickle), read);
     pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
     CheckStorages(path, model, checkpoint);
 

@@ -37,6 +37,9 @@ struct PickledBytes {
   std::map<std::string, std::string> record_bytes;
   std::string prefix;                           // empty: ArchivePrefix(path)
   std::map<std::string, std::string> metadata;  // extra container metadata (not "zckpt.*")
+  // Globals ("module.name") the pickle may name besides zckpt's allowlist: the caller trusts
+  // them, as a load's allow_globals does; a save refuses any other, since the load would.
+  std::vector<std::string> allow_globals;
 };
 
 // Makes the reader of device storages, called once at the first one; empty: a device storage is

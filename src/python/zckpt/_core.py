@@ -369,16 +369,17 @@ def copy_file_atomically(src, dst):
 
 
 def save_pickled(path, pickle, storages, records_before, records_after, record_bytes, prefix, metadata,
-                 chunk_bytes=0, zstd_level=0, threads=0, streams=None):
+                 chunk_bytes=0, zstd_level=0, threads=0, streams=None, allow_globals=()):
     """zckpt.save: the pickle torch's pickler made, each storage key -> (address, bytes, device:
     -1 for host memory, else a CUDA device index) (the caller keeps them alive for the call), the
-    archive's other records as torch's zip writer made them (zckpt/_save.py). SaveStats' figures."""
+    archive's other records as torch's zip writer made them (zckpt/_save.py), the globals
+    ('module.name') the pickle may name besides the allowlist. SaveStats' figures."""
     return _call("save_pickled", path=path, pickle=_bytes_arg(pickle),
                  storages=[[key, int(a), int(n), int(d)] for key, (a, n, d) in storages.items()],
                  records_before=list(records_before), records_after=list(records_after),
                  record_bytes={name: _bytes_arg(b) for name, b in record_bytes.items()}, prefix=prefix,
                  metadata=dict(metadata), chunk_bytes=int(chunk_bytes), zstd_level=int(zstd_level),
-                 threads=int(threads), streams=_ints(streams or {}))
+                 threads=int(threads), streams=_ints(streams or {}), allow_globals=list(allow_globals))
 
 
 def copy_host_bytes(copies, threads=0):

@@ -21,7 +21,7 @@ import torch
 import torch.serialization as _serialization
 
 from . import _core
-from ._arg_checks import size
+from ._arg_checks import allowed_globals, size
 from ._errors import ZckptError
 
 DEFAULT_PROTOCOL = _serialization.DEFAULT_PROTOCOL
@@ -105,10 +105,12 @@ def _archive_records(pickle_bytes):
     return names[:ours], names[ours:], {name: reader.get_record(name) for name in names}
 
 
-def _save_pickled(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_level, threads):
+def _save_pickled(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_level, threads, allowed):
     """The write of a pickle and its storages (`storages`: key -> 1-D uint8 tensor on the CPU or a
-    CUDA device, kept alive by the caller for the call) by the torch-free core. CUDA storages'
-    copies wait for torch's current stream on their device, under torch's device guard."""
+    CUDA device, kept alive by the caller for the call) by the torch-free core, the pickle
+    refused unless every global it names is on the allowlist or in `allowed` ('module.name').
+    CUDA storages' copies wait for torch's current stream on their device, under torch's device
+    guard."""
     for key, t in storages.items():
         if t.device.type not in ("cpu", "cuda"):
             raise ZckptError(f"{path}: storage '{key}' is on {t.device} (zckpt saves from cpu and cuda)")
@@ -117,7 +119,7 @@ def _save_pickled(path, pickle_bytes, storages, metadata, chunk_bytes, zstd_leve
     devices = sorted({index for _, _, index in where.values() if index >= 0})
     streams = {index: torch.cuda.current_stream(index).cuda_stream for index in devices}
     args = (path, pickle_bytes, where, before, after, records, "", dict(metadata or {}), chunk_bytes, zstd_level,
-            threads, streams)
+            threads, streams, allowed)
     if not devices:
         return _core.save_pickled(*args)
     with torch.cuda.device(devices[0]):
@@ -141,7 +143,7 @@ def _check_options(chunk_bytes, zstd_level, threads):
 
 
 def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chunk_bytes=0, zstd_level=0,
-         threads=0, metadata=None):
+         threads=0, metadata=None, allow_globals=()):
     """Writes `obj` (anything torch.save takes) as a container at path `f`; returns statistics.
 
     What zckpt.load, `zckpt export` + torch.load, and zckpt::Load give back is what torch.load
@@ -154,13 +156,21 @@ def save(obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chun
     chunk_bytes: container chunk size (0 or None: 4 MiB). zstd_level: 0 (default) stores raw; 1..22
     compresses each chunk, keeping it raw when that does not shrink it. threads: hashing /
     compressing threads (0 or None: one per core). metadata: {str: str} for the container's metadata
-    table (keys starting with 'zckpt.' are reserved).
+    table (keys starting with 'zckpt.' are reserved). allow_globals: globals the pickle may name
+    besides zckpt's allowlist of data globals ('module.name' strings, or the classes and
+    functions themselves), as zckpt.load takes them.
+
+    The pickle is vetted as zckpt.load vets it, before anything is written: a global off the
+    allowlist and not in allow_globals (a class of the caller's, such as transformers'
+    TrainingArguments) raises UnsafeError naming it, and nothing is written, since the load of
+    that file would refuse it too unless given the same allow_globals.
     """
     path = _path(f)
     chunk_bytes, threads = _check_options(chunk_bytes, zstd_level, threads)
+    allowed = allowed_globals(allow_globals)
     data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
     tensors = {key: _bytes_of(s) for key, s in storages.items()}
-    return _save_pickled(path, data, tensors, metadata, chunk_bytes, zstd_level, threads)
+    return _save_pickled(path, data, tensors, metadata, chunk_bytes, zstd_level, threads, allowed)
 
 
 class AsyncSaver:
@@ -193,12 +203,14 @@ class AsyncSaver:
         return 0 if self._buffer is None else self._buffer.numel()
 
     def save(self, obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chunk_bytes=0, zstd_level=0,
-             threads=0, metadata=None):
+             threads=0, metadata=None, allow_globals=()):
         """Snapshots `obj` and returns a concurrent.futures.Future of its write to `f` (options as
         zckpt.save). Errors taking the snapshot (an unpicklable object) are raised here; errors
-        writing are raised by the Future's result()."""
+        writing (a global off the allowlist and not in allow_globals included) are raised by the
+        Future's result()."""
         path = _path(f)
         chunk_bytes, threads = _check_options(chunk_bytes, zstd_level, threads)
+        allowed = allowed_globals(allow_globals)
         with self._lock:
             self._wait_pending()
             data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
@@ -208,7 +220,7 @@ class AsyncSaver:
                                                                        thread_name_prefix="zckpt-async-save")
             # The snapshot is host memory whatever the source; `host` is held by the call.
             self._pending = self._executor.submit(_save_pickled, path, data, host, metadata, chunk_bytes, zstd_level,
-                                                  threads)
+                                                  threads, allowed)
             return self._pending
 
     def wait(self):
