@@ -1,5 +1,5 @@
 """What crossing into zckpt's core costs a many-range load: load_ranges with N ranges (10,000 by
-default) through the package's own path (zckpt/_ranges.py -> _core.Checkpoint.load_ranges ->
+default) through the package's own path (zckpt/_load_ranges.py -> _core.Checkpoint.load_ranges ->
 libzckpt_core.so), against the loader's own time for the same call.
 
   meson devenv -C build ~/.cache/zckpt/venv/bin/python tools/bench/bench_abi.py [--ranges 10000]
@@ -34,7 +34,7 @@ def main():
     import torch
     import zckpt
     from zckpt import _core
-    from zckpt._ranges import load_ranges
+    from zckpt._load_ranges import load_ranges
 
     n, size = args.ranges, args.range_bytes
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
