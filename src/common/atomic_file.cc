@@ -22,6 +22,16 @@ namespace zckpt {
 namespace {
 
 constexpr size_t kBufferBytes = 1 << 20;
+// Write-behind: once this many bytes have gone to write(2) since the last start, their writeback
+// is started (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait). Commit's fsync is due
+// anyway, so the disk may as well start while the rest is written: the writer then meets fewer
+// dirty pages (and less dirty-page throttling in write(2)) and fsync finds less left to do.
+// Measured on ext4 on the project's busy 2-core VM, 1 GiB, interleaved rounds, medians:
+// zckpt.save of a Llama-like state dict 0.65 s with it against 1.02 s without (7 rounds, one
+// process alternating); plain 4 MiB writes + fsync 1.98-2.10 s started every 32 MiB against
+// 2.5-3.1 s without (13 rounds; every 8 MiB: 1.23-2.52 s with a wider spread; also waiting for the
+// previous window: 1.75-2.51 s).
+constexpr uint64_t kWriteBehindBytes = 32ull << 20;
 std::atomic<int> g_fail_after{0};
 
 std::string DirName(const std::string& path) {
@@ -152,7 +162,17 @@ void AtomicFile::WriteAll(const char* p, size_t left) {
     }
     p += n;
     left -= static_cast<size_t>(n);
+    appended_ += static_cast<uint64_t>(n);
   }
+  if (appended_ - behind_ >= kWriteBehindBytes) StartWriteback();
+}
+
+// Best effort: a filesystem without sync_file_range (or one that refuses it) leaves all the
+// writeback to Commit's fsync, which reports any error the writeback meets.
+void AtomicFile::StartWriteback() {
+  (void)::sync_file_range(fd_, static_cast<off_t>(behind_), static_cast<off_t>(appended_ - behind_),
+                          SYNC_FILE_RANGE_WRITE);
+  behind_ = appended_;
 }
 
 void AtomicFile::FlushBuffer() {
