@@ -145,7 +145,9 @@ TEST(LoadCommand, ReportsAndExitCodes) {
   EXPECT_EQ(RunLoad(testing::ShellQuote(dir.File("missing.zckpt"))).status, 2);
   EXPECT_EQ(RunLoad(testing::ShellQuote(path) + " --method bogus").status, 2);
   EXPECT_EQ(RunLoad(testing::ShellQuote(path) + " --device tpu").status, 2);
-  EXPECT_EQ(RunLoad(testing::ShellQuote(path) + " --slots 0").status, 2);
+  // 0 is the default, as unset: the damaged file's finding (exit 1); a negative count is refused.
+  EXPECT_EQ(RunLoad(testing::ShellQuote(path) + " --slots 0").status, 1);
+  EXPECT_EQ(RunLoad(testing::ShellQuote(path) + " --slots -1").status, 2);
   EXPECT_EQ(RunLoad("").status, 2);
   Loaded help = RunLoad("--help");
   EXPECT_EQ(help.status, 0);
