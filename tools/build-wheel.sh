@@ -200,10 +200,13 @@ EOF
 else
   # The tree's cross file describes the machine; this one gives it the toolchain's and the
   # libraries' paths on this machine (meson passes constants on to the files after it).
+  # Both are given from the cache: the build folder below is shared by every clone and records
+  # its machine files' paths, which must outlive the clone that set it up.
   cross=$SRC/tools/build/cross/$TARGET.ini
   [ -f "$cross" ] || { echo "build-wheel: no meson cross file $cross" >&2; exit 1; }
   printf "[constants]\nzbin = '%s'\ndeps = '%s'\n" "$ZBIN" "$DEPS" >"$CACHE/paths-$TARGET.ini"
-  machine=(-Csetup-args=--cross-file="$CACHE/paths-$TARGET.ini" -Csetup-args=--cross-file="$cross")
+  cmp -s "$cross" "$CACHE/cross-$TARGET.ini" || cp "$cross" "$CACHE/cross-$TARGET.ini"
+  machine=(-Csetup-args=--cross-file="$CACHE/paths-$TARGET.ini" -Csetup-args=--cross-file="$CACHE/cross-$TARGET.ini")
   # meson-python names the wheel's platform after sysconfig.get_platform(), which reads this.
   export _PYTHON_HOST_PLATFORM=linux-$ARCH
 fi
@@ -212,6 +215,20 @@ tag=$(basename "$venv" | sed 's/^tools-//')
 build=$CACHE/build-$TARGET
 raw=$CACHE/raw-$TARGET
 rm -rf "$raw" && mkdir -p "$raw"
+# A build folder whose recorded machine files are gone (set up from a clone since removed) cannot
+# be set up again: it starts afresh.
+if [ -f "$build/meson-private/cmd_line.txt" ] && ! "$venv/bin/python" - "$build/meson-private/cmd_line.txt" <<'PY'
+import ast, configparser, os, sys
+c = configparser.ConfigParser()
+c.read(sys.argv[1])
+files = [f for k in ("cross_file", "native_file") if c.has_option("properties", k)
+         for f in ast.literal_eval(c.get("properties", k))]
+sys.exit(0 if all(os.path.exists(f) for f in files) else 1)
+PY
+then
+  log "build folder $build names machine files that are gone: starting it afresh"
+  rm -rf "$build"
+fi
 log "wheel (build folder $build, built by $tag)"
 # Only these pkg-config files: a system one would hand out /usr/include, Debian's glibc's headers.
 PKG_CONFIG_LIBDIR=$DEPS/lib/pkgconfig PKG_CONFIG_PATH= PATH=$venv/bin:$PATH \
