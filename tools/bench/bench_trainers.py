@@ -16,6 +16,11 @@ its own resume call; contenders:
                 save: the checkpoint-1 folder written inside train() (save_steps=1), timed from
                 on_step_end to on_save; resume: train(resume_from_checkpoint=folder) until the
                 first step begins
+  verl          default: verl's FSDPCheckpointManager (torch.save of each rank's model_, optim_,
+                extra_state_ files; FSDP1 over one gloo rank, a Llama of about --params-m M)
+                zckpt: zckpt.verl.use_zckpt()
+                save: manager.save_checkpoint(folder, global_step=1) after one step;
+                resume: a fresh model and optimizer, manager.load_checkpoint(folder)
 
 Measured per run, each in a fresh process (the framework's cached virtualenv,
 ~/.cache/zckpt/frameworks/<name>, seeing the build's zckpt as tools/ci/frameworks.sh does):
@@ -26,7 +31,7 @@ each), every checkpoint fsynced and removed between runs outside the timing; med
 ratio zckpt / default. The default I/O does not fsync (its save returns with the bytes in the
 page cache); zckpt's save returns with them on disk.
 
-Usage: python tools/bench/bench_trainers.py [--frameworks lightning,transformers] [--rounds 3]
+Usage: python tools/bench/bench_trainers.py [--frameworks lightning,transformers,verl] [--rounds 3]
        [--params-m 100] [--build build] [--dir DIR] [--json]
 """
 import argparse
@@ -49,7 +54,12 @@ GIB = 1 << 30
 DEFAULT_PARAMS_M = 100
 # The width of each square Linear layer: large tensors (64 MiB each), as a transformer's.
 DEFAULT_WIDTH = 4096
-CONTENDERS = {"lightning": ["default", "zckpt", "zckpt-async"], "transformers": ["default", "zckpt"]}
+CONTENDERS = {"lightning": ["default", "zckpt", "zckpt-async"], "transformers": ["default", "zckpt"],
+              "verl": ["default", "zckpt"]}
+# verl's model: Llama decoder layers of this hidden size (and 2.75x its MLP), as many as make
+# --params-m million parameters; a small vocabulary, so that the layers hold nearly all of them.
+VERL_HIDDEN = 2048
+VERL_VOCAB = 1024
 FRAMEWORKS_CACHE = os.environ.get("ZCKPT_FRAMEWORKS_CACHE", os.path.expanduser("~/.cache/zckpt/frameworks"))
 
 
@@ -75,6 +85,26 @@ def wide_model(params_m, width):
     layers = max(1, round(params_m * 1e6 / (width * width + width)))
     torch.manual_seed(0)
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+
+
+def fsync_tree(path):
+    """Every file under `path` (or the file `path`) fsynced."""
+    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, names in os.walk(path) for f in names]
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def with_fsync(result, path):
+    """`result` of a save plus the seconds an fsync of what it wrote then takes ("fsync"): what a
+    save that does not fsync leaves to be written before the checkpoint survives a crash."""
+    t0 = time.perf_counter()
+    fsync_tree(path)
+    result["fsync"] = time.perf_counter() - t0
+    return result
 
 
 def report_and_exit(result):
@@ -121,7 +151,7 @@ def lightning_child(contender, phase, ckpt, params_m, width):
         trainer.save_checkpoint(ckpt)
         result = meter.stop()
         trainer.strategy.checkpoint_io.teardown()  # an async write finishes (outside the timing)
-        report_and_exit(result)
+        report_and_exit(with_fsync(result, ckpt))
     meter.start()
     trainer.fit(model, loader, ckpt_path=ckpt)
     raise SystemExit("the resumed fit ended before its first batch")
@@ -152,7 +182,7 @@ def transformers_child(contender, phase, ckpt, params_m, width):
             meter.start()  # the checkpoint of this step follows
 
         def on_save(self, args, state, control, **kwargs):
-            report_and_exit(meter.stop())
+            report_and_exit(with_fsync(meter.stop(), os.path.join(ckpt, "checkpoint-1")))
 
     g = torch.Generator().manual_seed(0)
     data = [{"x": torch.randn(width, generator=g), "labels": torch.randn(width, generator=g)} for _ in range(4)]
@@ -171,7 +201,66 @@ def transformers_child(contender, phase, ckpt, params_m, width):
     raise SystemExit("the resumed train ended before its first step")
 
 
-CHILDREN = {"lightning": lightning_child, "transformers": transformers_child}
+def verl_llama(params_m):
+    """A Llama of about `params_m` million parameters (VERL_HIDDEN wide), built from a config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, intermediate = VERL_HIDDEN, VERL_HIDDEN * 11 // 4
+    per_layer = 4 * hidden * hidden + 3 * hidden * intermediate
+    layers = max(1, round((params_m * 1e6 - 2 * VERL_VOCAB * hidden) / per_layer))
+    config = LlamaConfig(vocab_size=VERL_VOCAB, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=16,
+                         max_position_embeddings=64, tie_word_embeddings=False)
+    return LlamaForCausalLM(config)
+
+
+def verl_child(contender, phase, ckpt, params_m, width):
+    """verl's FSDPCheckpointManager on FSDP1 over one gloo rank (the resume of test_verl.py's
+    worker, at benchmark size)."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from omegaconf import OmegaConf
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    if contender == "zckpt":
+        import zckpt.verl
+
+        zckpt.verl.use_zckpt()
+    torch.manual_seed(0 if phase == "save" else 1)
+    model = FSDP(verl_llama(params_m), auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}),
+                 device_id=torch.device("cpu"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    config = OmegaConf.create({"save_contents": ["model", "optimizer", "extra"],
+                               "load_contents": ["model", "optimizer", "extra"]})
+    manager = FSDPCheckpointManager(model, opt, sched, checkpoint_config=config)
+    meter = Meter()
+    if phase == "save":
+        idx = torch.randint(0, VERL_VOCAB, (1, 16), generator=torch.Generator().manual_seed(0))
+        logits = model(input_ids=idx[:, :-1]).logits
+        F.cross_entropy(logits.reshape(-1, VERL_VOCAB), idx[:, 1:].reshape(-1)).backward()
+        opt.step()
+        sched.step()
+        meter.start()
+        manager.save_checkpoint(ckpt, global_step=1)
+        report_and_exit(with_fsync(meter.stop(), ckpt))
+    meter.start()
+    manager.load_checkpoint(ckpt)
+    report_and_exit(meter.stop())
+
+
+CHILDREN = {"lightning": lightning_child, "transformers": transformers_child, "verl": verl_child}
 
 
 # ---------------------------------------------------------------- parent side
@@ -198,23 +287,13 @@ def run_child(framework, contender, phase, ckpt, args):
     return result
 
 
-def fsync_tree(path):
-    for folder, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
 def settle(path):
     """The run's checkpoint durable and gone, and the disk given a moment, outside the timing."""
     if os.path.isdir(path):
         fsync_tree(path)
         shutil.rmtree(path)
     elif os.path.exists(path):
-        fsync_tree(os.path.dirname(path))
+        fsync_tree(path)
         os.remove(path)
     os.sync()
     time.sleep(1)
@@ -259,14 +338,14 @@ def main():
                     ckpt = os.path.join(work, f"{framework}-{contender}" + (".ckpt" if framework == "lightning" else ""))
                     save = run_child(framework, contender, "save", ckpt, args)
                     size = checkpoint_bytes(ckpt)
-                    fsync_tree(ckpt if os.path.isdir(ckpt) else work)  # the resume reads a settled checkpoint
+                    fsync_tree(ckpt)  # the resume reads a settled checkpoint
                     os.sync()
                     resume = run_child(framework, contender, "resume", ckpt, args)
                     settle(ckpt)
                     runs.setdefault(framework, {}).setdefault(contender, []).append(
                         {"save": save, "resume": resume, "bytes": size})
-                    print(f"round {r + 1}/{args.rounds} {framework} {contender}: save {save['seconds']:.2f} s, "
-                          f"resume {resume['seconds']:.2f} s", file=sys.stderr)
+                    print(f"round {r + 1}/{args.rounds} {framework} {contender}: save {save['seconds']:.2f} s "
+                          f"(+ fsync {save['fsync']:.2f} s), resume {resume['seconds']:.2f} s", file=sys.stderr)
         report(runs, args)
         if args.json:
             print(json.dumps(runs, indent=1))
@@ -276,19 +355,24 @@ def main():
 
 
 def report(runs, args):
-    print(f"model: {args.params_m:g} M fp32 parameters (Linear {args.width}x{args.width} layers) + Adam; "
-          f"{args.rounds} rounds, contenders interleaved, each save and resume a fresh process; medians")
-    print(f"{'framework':<13} {'contender':<12} {'ckpt GiB':>8} {'save s':>7} {'ratio':>6} {'save +RSS':>10} "
-          f"{'resume s':>8} {'ratio':>6} {'resume +RSS':>11} {'peak RSS save/resume':>21}")
+    """The medians per framework and contender, ratios to the framework's default I/O. "durable":
+    the save plus the fsync that makes what it wrote survive a crash (zckpt's save fsyncs itself,
+    so its fsync after finds nothing left)."""
+    print(f"model: {args.params_m:g} M fp32 parameters + Adam (Lightning, the Trainer: Linear {args.width}x{args.width} "
+          f"layers; verl: a Llama); {args.rounds} rounds, contenders interleaved, each save and resume a fresh "
+          "process; medians")
+    print(f"{'framework':<13} {'contender':<12} {'ckpt GiB':>8} {'save s':>7} {'ratio':>6} {'durable s':>9} {'ratio':>6} "
+          f"{'save +RSS':>10} {'resume s':>8} {'ratio':>6} {'resume +RSS':>11} {'peak RSS save/resume':>21}")
+    figures = {"save": lambda r: r["save"]["seconds"], "durable": lambda r: r["save"]["seconds"] + r["save"]["fsync"],
+               "save_added": lambda r: r["save"]["added"], "save_peak": lambda r: r["save"]["peak_rss"],
+               "resume": lambda r: r["resume"]["seconds"], "resume_added": lambda r: r["resume"]["added"],
+               "resume_peak": lambda r: r["resume"]["peak_rss"], "bytes": lambda r: r["bytes"]}
     for framework, by in runs.items():
-        med = {c: {k: median([r[p][m] for r in rs]) for k, (p, m) in {
-            "save": ("save", "seconds"), "save_added": ("save", "added"), "save_peak": ("save", "peak_rss"),
-            "resume": ("resume", "seconds"), "resume_added": ("resume", "added"),
-            "resume_peak": ("resume", "peak_rss")}.items()} for c, rs in by.items()}
+        med = {c: {k: median([f(r) for r in rs]) for k, f in figures.items()} for c, rs in by.items()}
         base = med["default"]
         for c, m in med.items():
-            size = median([r["bytes"] for r in by[c]])
-            print(f"{framework:<13} {c:<12} {size / GIB:>8.2f} {m['save']:>7.2f} {m['save'] / base['save']:>5.2f}x "
+            print(f"{framework:<13} {c:<12} {m['bytes'] / GIB:>8.2f} {m['save']:>7.2f} {m['save'] / base['save']:>5.2f}x "
+                  f"{m['durable']:>9.2f} {m['durable'] / base['durable']:>5.2f}x "
                   f"{m['save_added'] / GIB:>6.2f} GiB {m['resume']:>8.2f} {m['resume'] / base['resume']:>5.2f}x "
                   f"{m['resume_added'] / GIB:>7.2f} GiB {m['save_peak'] / GIB:>9.2f} / {m['resume_peak'] / GIB:.2f} GiB")
 

@@ -16,6 +16,7 @@ From then on verl's `FSDPCheckpointManager` (FSDP1 and FSDP2; verl 0.9.1 tested)
   chunk) fails on every rank before the trainer goes on; the others raise ZckptError naming the
   rank and its error, instead of waiting in verl's barrier.
 """
+import inspect
 import os
 import re
 
@@ -25,8 +26,8 @@ from ._errors import ZckptError
 
 _RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_[0-9]+_rank_[0-9]+\.pt$")
 # Optimizers whose step with zero gradients at lr 0 leaves every parameter as it was: a fresh one
-# gets its state tensors that way, for load_into to fill (torch.distributed.checkpoint does the
-# same). Another optimizer without state is loaded through its own load_state_dict.
+# gets the state tensors of such a step (make_optimizer_state), for load_into to fill. Another
+# optimizer without state is loaded through its own load_state_dict.
 _ZERO_STEP_SAFE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)
 
 
@@ -57,13 +58,72 @@ def _has_optimizer_state(optimizer):
     return any(optimizer.state.get(p) for group in optimizer.param_groups for p in group["params"])
 
 
+def _local(p):
+    """A parameter's local tensor (an FSDP2 DTensor's shard; any other parameter itself)."""
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+def _first_step_layout(optimizer, group, like):
+    """The state `optimizer`'s class gives a parameter of `like`'s dtype and device in a group of
+    `group`'s options after one step, found on a probe of 3 elements stepped with a zero gradient
+    at lr 0: name -> None for a tensor shaped as the parameter, else the probe's own value (a
+    scalar tensor such as Adam's step, or a number). None when the probe cannot be made or an
+    entry is shaped otherwise (a state whose layout depends on the parameter's shape)."""
+    probe = torch.zeros(3, dtype=like.dtype, device=like.device, requires_grad=True)
+    cls = type(optimizer)
+    try:
+        # The constructor's own arguments only (AdamW's defaults hold decoupled_weight_decay, which
+        # it sets itself); the group's options, the others included, are copied after.
+        takes = inspect.signature(cls.__init__).parameters
+        stepped = cls([probe], **{k: v for k, v in optimizer.defaults.items() if k in takes})
+        stepped.param_groups[0].update({k: v for k, v in group.items() if k != "params"})
+        stepped.param_groups[0]["lr"] = 0.0
+        probe.grad = torch.zeros_like(probe)
+        stepped.step()
+    except Exception:  # noqa: BLE001 - an optimizer the probe cannot stand for: the real step instead
+        return None
+    layout = {}
+    for name, value in stepped.state[probe].items():
+        if torch.is_tensor(value) and value.shape == probe.shape:
+            layout[name] = None
+        elif torch.is_tensor(value) and value.dim() > 0:
+            return None
+        else:
+            layout[name] = value
+    return layout
+
+
+def _allocate_first_step_state(optimizer):
+    """Gives each parameter with elements the state entries its first step would (_first_step_layout),
+    tensors shaped as the parameter left unfilled (zckpt.load_into writes every byte of them);
+    False, with nothing changed, when some group's layout cannot be found."""
+    layouts, plan = {}, []
+    for i, group in enumerate(optimizer.param_groups):
+        for p in group["params"]:
+            if not p.numel():
+                continue
+            local = _local(p)
+            key = (i, local.dtype, local.device)
+            if key not in layouts:
+                layouts[key] = _first_step_layout(optimizer, group, local)
+            if layouts[key] is None:
+                return False
+            plan.append((p, layouts[key]))
+    for p, layout in plan:
+        optimizer.state[p] = {name: torch.empty_like(p) if value is None else
+                              (value.clone() if torch.is_tensor(value) else value) for name, value in layout.items()}
+    return True
+
+
 def make_optimizer_state(optimizer):
-    """Gives a fresh optimizer its state tensors, for zckpt.load_into to fill in place: one step
-    with zero gradients at lr 0 (what torch.distributed.checkpoint does before loading an
-    optimizer), which leaves every parameter as it was under Adam, AdamW and SGD. Parameters with
-    no elements on this rank get no gradient (as FSDP gives them none), hence no state. Nothing
-    happens to an optimizer that already holds state."""
-    if _has_optimizer_state(optimizer):
+    """Gives a fresh optimizer its state tensors, for zckpt.load_into to fill in place: the
+    entries its first step would make, allocated without running that step over the model (no
+    gradients, no arithmetic: _allocate_first_step_state); where a probe cannot tell them, one
+    real step with zero gradients at lr 0 (what torch.distributed.checkpoint does before loading
+    an optimizer), which leaves every parameter as it was under Adam, AdamW and SGD. Parameters
+    with no elements on this rank get no state (FSDP gives them no gradient). Nothing happens to
+    an optimizer that already holds state."""
+    if _has_optimizer_state(optimizer) or _allocate_first_step_state(optimizer):
         return
     lrs = [group["lr"] for group in optimizer.param_groups]
     try:
