@@ -29,11 +29,12 @@ zckpt_status StatusOf(ErrorKind kind) {
   return ZCKPT_ERROR_INTERNAL;
 }
 
-zckpt_status Fail(zckpt_error** error, zckpt_status status, std::string message, const Json& place) {
+zckpt_status Fail(zckpt_error** error, zckpt_status status, const char* message, const ErrorPlace* place) noexcept {
   if (!error) return status;
-  *error = nullptr;  // when even the description cannot be made, the status alone says what failed
+  *error = nullptr;
   try {
-    *error = new zckpt_error{status, std::move(message), place.dump(-1, ' ', false, Json::error_handler_t::replace)};
+    const Json where = place ? PlaceJson(*place) : Json::object();
+    *error = new zckpt_error{status, message, where.dump(-1, ' ', false, Json::error_handler_t::replace)};
   } catch (...) {
   }
   return status;

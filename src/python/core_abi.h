@@ -21,8 +21,11 @@ namespace zckpt::python {
 
 // The status of an error kind: include/zckpt/zckpt.h pins each ErrorKind's number.
 zckpt_status StatusOf(ErrorKind kind);
-// Hands `status`, `message` and `place` to the caller through `error` (when not null).
-zckpt_status Fail(zckpt_error** error, zckpt_status status, std::string message, const Json& place = Json::object());
+// Hands `status`, `message` and `place` (none: {}) to the caller through `error` (when not null).
+// It allocates nothing before its own try, so it can run in Guarded's handlers: when the error
+// cannot be made, *error is null and the status alone says what failed.
+zckpt_status Fail(zckpt_error** error, zckpt_status status, const char* message,
+                  const ErrorPlace* place = nullptr) noexcept;
 
 // Runs `body` (which returns nothing); any exception becomes the status and error it means.
 template <class Body>
@@ -31,7 +34,7 @@ zckpt_status Guarded(zckpt_error** error, Body&& body) noexcept {
     std::forward<Body>(body)();
     return ZCKPT_OK;
   } catch (const Error& e) {
-    return Fail(error, StatusOf(e.kind()), e.what(), PlaceJson(e.place()));
+    return Fail(error, StatusOf(e.kind()), e.what(), &e.place());
   } catch (const std::bad_alloc&) {
     return Fail(error, ZCKPT_ERROR_HOST_MEMORY, "out of host memory");
   } catch (const std::exception& e) {

@@ -3,7 +3,6 @@
 // the container writer. Arguments arrive as plain numbers and structs (10,000 ranges are one
 // array, read in place), objects as handles checked for their kind (core_calls.h's Handles).
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <string>

@@ -185,7 +185,8 @@ def _load_storages(path, ckpt, info, devices, where, weights_only, allowed, veri
     legacy = info["metadata"].get("zckpt.source.format") == "legacy"
     pickle_bytes = ckpt.vetted_pickle(allowed)
     if mmap:
-        raw = {key: frombuffer(b) for key, b in ckpt.map_storages(verify, sizes["threads"]).items()}
+        keys = [s["key"] for s in info["storages"]]
+        raw = {key: frombuffer(b) for key, b in ckpt.map_storages(keys, verify, sizes["threads"]).items()}
         return _replay_storages(path, ckpt, pickle_bytes, raw, where, weights_only, legacy)
     for key, device in devices.items():  # every device checked before anything is allocated
         if device.type != "meta":

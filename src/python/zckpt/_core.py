@@ -286,11 +286,11 @@ class Checkpoint:
         file_bytes and storage_bytes as (begin, end)), as zckpt.verify's."""
         return [problem(p) for p in self._call("verify_chunks", threads=threads)]
 
-    def map_storages(self, verify=False, threads=None):
+    def map_storages(self, keys, verify=False, threads=None):
         """key -> the storage's bytes in the file's mapping (zstd ones decoded into memory of
         their own), each alive while a view of it is; with verify every chunk is hashed where it
-        lies first."""
-        keys = [s["key"] for s in self.describe()["storages"]]
+        lies first. `keys`: every storage's key in the file's order (describe()'s storages, which
+        the caller has read already)."""
         made = (_MappedStorage * len(keys))()
         _typed(_LIB.zckpt_map_storages, self._held.handle, bool(verify), threads or 0, made, len(keys))
         return {key: _view(m.data or 0, m.bytes, _Held(m.keeper, _LIB.zckpt_mapped_release))

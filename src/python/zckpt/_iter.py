@@ -212,7 +212,7 @@ def _mapped_tensors(c, verify, allowed):
     one storage)."""
     records = _plain_records(c, allowed)
     keys = [s["key"] for s in c.describe()["storages"]]
-    mapped = {key: frombuffer(b) for key, b in c.map_storages(verify).items()}
+    mapped = {key: frombuffer(b) for key, b in c.map_storages(keys, verify).items()}
     return [(r.name, saved_view(mapped[keys[r.storage]], r, saved_dtype(r), 0)) for r in records]
 
 
