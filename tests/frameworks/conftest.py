@@ -5,7 +5,8 @@ that was skipped here but one that runs in its own virtualenv."""
 import importlib.util
 
 # test file -> the module its framework must provide
-_NEEDS = {"test_lightning.py": "lightning", "test_transformers.py": "transformers", "test_accelerate.py": "accelerate",
+_NEEDS = {"test_lightning.py": "lightning", "test_transformers.py": "transformers", "test_trl.py": "trl",
+          "test_accelerate.py": "accelerate",
           "test_verl.py": "verl", "test_deepspeed.py": "deepspeed",
           "test_torchtitan.py": "torchtitan"}
 

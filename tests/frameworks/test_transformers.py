@@ -36,11 +36,13 @@ def checkpoint_files(folder, ranks=1):
     return [os.path.join(folder, n) for n in TORCH_SAVED + tuple(rng)]
 
 
-def interrupt_and_resume(tmp_path, first_io, resume_io, ranks=1):
+def interrupt_and_resume(tmp_path, first_io, resume_io, ranks=1, **config):
+    """A run stopped after checkpoint-STOP_AT and its resume in a new process (`config`: the
+    worker's other settings, its trainer)."""
     out = str(tmp_path / "out")
-    first = train(tmp_path, "first", ranks, io=first_io, output_dir=out, stop_at=STOP_AT)
+    first = train(tmp_path, "first", ranks, io=first_io, output_dir=out, stop_at=STOP_AT, **config)
     folder = os.path.join(out, f"checkpoint-{STOP_AT}")
-    resumed = train(tmp_path, "resumed", ranks, io=resume_io, output_dir=out, resume=folder)
+    resumed = train(tmp_path, "resumed", ranks, io=resume_io, output_dir=out, resume=folder, **config)
     return first, resumed, folder
 
 

@@ -4,7 +4,8 @@
     python transformers_worker.py CONFIG.json
 
 CONFIG: io ("zckpt": the Trainer passed through zckpt.transformers.use_zckpt, or "default"),
-output_dir, stop_at (the step after whose checkpoint the run stops, or null to run all MAX_STEPS),
+trainer ("subclass": a Trainer subclass of this file; "sft": TRL's SFTTrainer, on text of a word
+tokenizer made here: tests/frameworks/test_trl.py), output_dir, stop_at (the step after whose checkpoint the run stops, or null to run all MAX_STEPS),
 resume (resume_from_checkpoint, or null) and out: rank 0 writes there {"losses": [per step],
 "params": {name: list}} as JSON (float.hex, so equal means bit-identical), or {"error": type,
 "message", "file", "chunk", "losses"} when train raised (exit 3).
@@ -23,8 +24,8 @@ BATCH = 4
 TOKENS = 16
 
 
-class RecordingTrainer(transformers.Trainer):
-    """A subclass, as TRL's trainers are: records every step's loss."""
+class Recording:
+    """Mixed into a Trainer class: records every step's loss."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -34,6 +35,10 @@ class RecordingTrainer(transformers.Trainer):
         loss = super().compute_loss(model, inputs, *args, **kwargs)
         self.losses.append(float((loss[0] if isinstance(loss, tuple) else loss).detach()).hex())
         return loss
+
+
+class RecordingTrainer(Recording, transformers.Trainer):
+    """A subclass, as TRL's trainers are."""
 
 
 class StopAfter(transformers.TrainerCallback):
@@ -61,17 +66,47 @@ def dataset():
     return [{"input_ids": row, "labels": row} for row in ids]
 
 
+def word_tokenizer():
+    """A tokenizer of the model's 64 ids as words t0..t63 (t0 ends and pads), made here: no download."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(64)}, unk_token="t1"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=words, eos_token="t0", pad_token="t0", unk_token="t1")
+
+
+def sft_trainer(common, callbacks):
+    """TRL's SFTTrainer (recording its losses) on the same token rows as text (ids 1..63, so that
+    none is the pad)."""
+    import datasets
+    import trl
+
+    class RecordingSFTTrainer(Recording, trl.SFTTrainer):
+        pass
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(1, 64, (EXAMPLES, TOKENS - 1), generator=g)
+    text = datasets.Dataset.from_dict({"text": [" ".join(f"t{int(i)}" for i in row) for row in rows]})
+    args = trl.SFTConfig(**common, max_length=TOKENS)
+    return RecordingSFTTrainer(model=tiny_model(), args=args, train_dataset=text, processing_class=word_tokenizer(),
+                               callbacks=callbacks)
+
+
 def main():
     config = json.load(open(sys.argv[1]))
     from zckpt.transformers import use_zckpt
 
-    args = transformers.TrainingArguments(
+    common = dict(
         output_dir=config["output_dir"], max_steps=MAX_STEPS, per_device_train_batch_size=BATCH,
         save_strategy="steps", save_steps=SAVE_STEPS, learning_rate=1e-2, warmup_steps=2,
         lr_scheduler_type="linear", weight_decay=0.01, seed=42, use_cpu=True, report_to=[],
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
     callbacks = [StopAfter(config["stop_at"])] if config.get("stop_at") else []
-    trainer = RecordingTrainer(model=tiny_model(), args=args, train_dataset=dataset(), callbacks=callbacks)
+    if config.get("trainer") == "sft":
+        trainer = sft_trainer(common, callbacks)
+    else:
+        trainer = RecordingTrainer(model=tiny_model(), args=transformers.TrainingArguments(**common),
+                                   train_dataset=dataset(), callbacks=callbacks)
     if config["io"] == "zckpt":
         assert use_zckpt(trainer) is trainer
     try:

@@ -17,13 +17,14 @@ BUILD=$(realpath -m "${ZCKPT_BUILD:-build}")  # relative (to the checkout) or ab
 declare -A FRAMEWORKS=(
   [lightning]="lightning==2.6.6"
   [transformers]="transformers==5.25.0 accelerate==1.16.0"
+  [trl]="trl==1.16.0 transformers==5.25.0 accelerate==1.16.0"
   [accelerate]="accelerate==1.16.0"
   [verl]="verl==0.9.1"
   [deepspeed]="deepspeed==0.19.8"
   [torchtitan]="torchtitan==0.3.0"
 )
 # The tests each virtualenv runs: test_<name>.py of tests/frameworks/.
-ORDER=(lightning transformers accelerate verl deepspeed torchtitan)
+ORDER=(lightning transformers trl accelerate verl deepspeed torchtitan)
 # DeepSpeed's ops are built when first used (its CPU communication op), not at install.
 export DS_BUILD_OPS=0 DS_ACCELERATOR=cpu
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zckpt-frameworks.XXXXXX")
