@@ -42,6 +42,7 @@ record named after the piece (`fqn`, or `fqn@o0,o1,...` for a piece not at the o
 `extra` JSON is {"fqn", "global_shape", "shard_offsets", "shard_sizes", "class"}: each
 container says on its own which piece of which tensor it holds.
 """
+import contextlib
 import dataclasses
 import io
 import json
@@ -72,6 +73,9 @@ DCP_CLASS = _NAMES["piece_class"]
 BYTES_PREFIX = _NAMES["bytes_blob_prefix"]
 # Converted folders (zckpt convert of a FileSystemWriter folder) name pieces by source offset.
 CONVERTED_BYTES_PREFIX = _NAMES["bytes_at_blob"]
+# Rank 0's container, in every folder ZckptStorageWriter wrote (prepare_global_plan names rank i's
+# pieces `__<i>_`, and each rank writes one container) and in every converted one.
+RANK0_CONTAINER = f"__0_0{SUFFIX}"
 
 
 def piece_name(fqn, offsets):
@@ -406,3 +410,29 @@ class ZckptStorageReader(StorageReader):
     @property
     def checkpoint_id(self):
         return self.path
+
+
+# ----- for integrations that hand DCP a folder by name ------------------------------------------
+
+
+def is_zckpt_folder(path):
+    """Whether the folder `path` holds a zckpt DCP checkpoint (rank 0's container is there), as
+    opposed to one of FileSystemWriter's `.distcp` files, which DCP's own reader reads."""
+    return _paths.isfile(_paths.join(os.fspath(path), RANK0_CONTAINER))
+
+
+@contextlib.contextmanager
+def zckpt_errors_unwrapped():
+    """Inside the block, DCP's CheckpointException that carries a ZckptError (the lowest rank's,
+    which DCP gathers onto every rank) is raised as that ZckptError: a corrupt chunk stops every
+    rank with CorruptError naming the file and the chunk. Other exceptions pass unchanged."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as e:
+        failures = getattr(e, "failures", None) or {}
+        for rank in sorted(failures):
+            if isinstance(failures[rank][0], ZckptError):
+                raise failures[rank][0] from e
+        raise
