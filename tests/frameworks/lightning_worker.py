@@ -6,9 +6,11 @@ be a new process; Lightning's DDP launcher runs this script again for each furth
 CONFIG: package ("lightning.pytorch" or "pytorch_lightning"), io ("zckpt", "zckpt-async" or
 "default": Lightning's own TorchCheckpointIO), epochs (max_epochs), ckpt_dir (ModelCheckpoint's
 dirpath: top-k 2 by train_loss, last.ckpt a link), resume (ckpt_path for fit, or null), devices
-(1, or 2 for DDP over gloo) and out: rank 0 writes there {"losses": [per step], "params":
-{name: list}} as JSON (float.hex, so equal means bit-identical), or {"error": type, "message",
-"file", "chunk"} when fit raised (exit 3).
+(1, or 2 over gloo), strategy (with 2 devices: "ddp", the default; "fsdp", FSDPStrategy's
+sharded checkpoints; "model_parallel", ModelParallelStrategy's, FSDP2 over the data-parallel
+mesh) and out: rank 0 writes there {"losses": [per step], "params": {name: list}} as JSON
+(float.hex, so equal means bit-identical), or {"error": type, "message", "file", "chunk"} when
+fit raised (exit 3).
 """
 import importlib
 import json
@@ -26,12 +28,50 @@ def hexed(t):
     return [float(x).hex() for x in t.detach().flatten().tolist()]
 
 
+def fsdp_on_the_cpu(pl):
+    """FSDPStrategy(state_dict_type="sharded") as it runs on the CPU. Lightning refuses the class
+    itself with accelerator="cpu" (its check names the exact class, not a subclass), and hands FSDP
+    device_id=None, which FSDP refuses without an accelerator; so this subclass wraps the module
+    with device_id=cpu first, and Lightning's _setup_model keeps a module wrapped already."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    class CpuFSDPStrategy(pl.strategies.FSDPStrategy):
+        def _setup_model(self, model):
+            model = FullyShardedDataParallel(model, device_id=torch.device("cpu"),
+                                             sharding_strategy=self.sharding_strategy)
+            return super()._setup_model(model)
+
+    return CpuFSDPStrategy(state_dict_type="sharded")
+
+
+def make_strategy(pl, name, devices):
+    if devices == 1:
+        return "auto"
+    if name == "fsdp":
+        return fsdp_on_the_cpu(pl)
+    if name == "model_parallel":
+        return pl.strategies.ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1)
+    return "ddp"
+
+
+def full_params(trainer, model):
+    """The module's parameters whole, on every rank (a collective under FSDP and FSDP2)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if isinstance(trainer.strategy.model, FullyShardedDataParallel):
+        with FullyShardedDataParallel.summon_full_params(trainer.strategy.model):
+            return {name: hexed(p) for name, p in model.net.state_dict().items()}
+    return {name: hexed(p.full_tensor() if hasattr(p, "full_tensor") else p)
+            for name, p in model.net.state_dict().items()}
+
+
 def main():
     config = json.load(open(sys.argv[1]))
     pl = importlib.import_module(config["package"])
     from zckpt.lightning import ZckptCheckpointIO
 
     devices = config.get("devices", 1)
+    strategy = config.get("strategy", "ddp")
 
     class Tiny(pl.LightningModule):
         """A two-layer net with Adam and a step schedule, so that resuming needs the optimizer's
@@ -49,6 +89,12 @@ def main():
             self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=devices > 1)
             return loss
 
+        def configure_model(self):
+            if strategy == "model_parallel":
+                from torch.distributed.fsdp import fully_shard
+
+                fully_shard(self.net, mesh=self.device_mesh["data_parallel"])
+
         def configure_optimizers(self):
             opt = torch.optim.Adam(self.parameters(), lr=0.01)
             return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)]
@@ -64,7 +110,7 @@ def main():
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=config["ckpt_dir"], monitor="train_loss", save_top_k=2,
                                               save_last="link", every_n_epochs=1)
     trainer = pl.Trainer(max_epochs=config["epochs"], accelerator="cpu", devices=devices,
-                         strategy="ddp" if devices > 1 else "auto", plugins=plugins, callbacks=[checkpoint],
+                         strategy=make_strategy(pl, strategy, devices), plugins=plugins, callbacks=[checkpoint],
                          logger=False, enable_progress_bar=False, enable_model_summary=False,
                          deterministic=True)
     try:
@@ -74,8 +120,8 @@ def main():
             json.dump({"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
                        "chunk": getattr(e, "chunk", None), "losses": model.losses}, open(config["out"], "w"))
         sys.exit(3)
+    params = full_params(trainer, model)
     if trainer.global_rank == 0:
-        params = {name: hexed(p) for name, p in model.net.state_dict().items()}
         json.dump({"losses": model.losses, "params": params, "global_step": trainer.global_step},
                   open(config["out"], "w"))
 

@@ -9,12 +9,28 @@ zckpt.load, so a damaged file raises zckpt.CorruptError naming the file and chun
 is restored. A `.ckpt` written by torch.save (Lightning's default I/O) is read by torch.load as
 before. With async_save=True the training step waits only for the snapshot (zckpt.AsyncSaver):
 the write goes on in a background thread; a failed write is raised by the next save, load,
-remove or teardown. Strategies that write checkpoints without their CheckpointIO are not covered
-(docs/integrations.md names them).
+remove or teardown.
+
+FSDPStrategy(state_dict_type="sharded") and ModelParallelStrategy(save_distributed_checkpoint=True)
+write their sharded checkpoint folders without the CheckpointIO; with a ZckptCheckpointIO plugged
+in, constructing it wraps their save_checkpoint and load_checkpoint (on the class, once, in both
+packages) so that such a folder is a zckpt DCP folder: a container per rank (zckpt.dcp's
+ZckptStorageWriter) plus DCP's `.metadata`, and Lightning's meta.pt a container too. Resuming
+from it reads the shards through ZckptStorageReader into the live model and optimizers and meta.pt
+through zckpt.load; a corrupt chunk on any rank raises zckpt.CorruptError on every rank. A folder
+of DCP's own `.distcp` files, a one-file checkpoint, and strategies without a ZckptCheckpointIO go
+to Lightning's methods unchanged. Other strategies that bypass the CheckpointIO (DeepSpeed) are not
+covered (docs/integrations.md names them).
 """
+import functools
+import importlib
 import os
+from pathlib import Path
 
 from ._framework_io import load_file
+
+# Lightning's packages, each with its own copy of the strategies below (whichever are installed).
+_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 
 def _checkpoint_io_bases():
@@ -45,6 +61,7 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
 
     def __init__(self, async_save=False):
         super().__init__()
+        _install_sharded_io()
         self.async_save = async_save
         self._saver = None  # the AsyncSaver of async_save=True, made on the first save
         self._pending = None  # (path, Future) of the write in flight
@@ -106,3 +123,159 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
         _, future = self._pending
         self._pending = None
         future.result()
+
+
+# ----- sharded checkpoints: FSDPStrategy and ModelParallelStrategy --------------------------------
+#
+# These two write a sharded checkpoint without their CheckpointIO: a folder where DCP writes the
+# model's and optimizers' shards by folder name (FileSystemWriter's `.distcp`) and rank 0 writes
+# the rest with torch.save to `meta.pt`; their load reads it back with DCP's FileSystemReader and
+# torch.load. So their save_checkpoint and load_checkpoint are wrapped, on the class, to do the
+# same steps with ZckptStorageWriter / ZckptStorageReader and zckpt.save / zckpt.load, but only
+# for a strategy whose checkpoint_io is a ZckptCheckpointIO, and for the load only of a folder
+# zckpt wrote: any other strategy, one-file checkpoint or `.distcp` folder goes to Lightning's own
+# method unchanged. torch itself is not patched.
+
+
+class _ShardedLayout:
+    """One strategy's sharded checkpoint: where it lives in a package, when its save is sharded,
+    the key of the model's shards, and how the shards are loaded into the live model and
+    optimizers."""
+
+    def __init__(self, module, name, is_sharded, model_key, load_shards):
+        self.module = module  # under the package: lightning.pytorch.<module>
+        self.name = name
+        self.is_sharded = is_sharded  # strategy -> whether its save_checkpoint writes a folder
+        self.model_key = model_key
+        self.load_shards = load_shards  # (strategy, its module, folder) -> None
+
+
+def _load_fsdp_shards(strategy, module, path):
+    """FSDPStrategy.load_checkpoint's sharded branch, reading through ZckptStorageReader."""
+    from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    from .dcp import ZckptStorageReader, zckpt_errors_unwrapped
+
+    with module._get_sharded_state_dict_context(strategy.model):
+        model_state = {"model": strategy.model.state_dict()}
+        _dcp_load(model_state, path)
+        strategy.model.load_state_dict(model_state["model"], strict=strategy.lightning_module.strict_loading)
+        if strategy.lightning_module.trainer.state.fn != module.TrainerFn.FITTING:
+            return
+        for idx, optimizer in enumerate(strategy.optimizers):
+            key = f"optimizer_{idx}"
+            with zckpt_errors_unwrapped():
+                state = load_sharded_optimizer_state_dict(model_state_dict=model_state["model"], optimizer_key=key,
+                                                          storage_reader=ZckptStorageReader(path))
+            optimizer.load_state_dict(FSDP.optim_state_dict_to_load(optim_state_dict=state[key], model=strategy.model,
+                                                                    optim=optimizer))
+
+
+def _load_model_parallel_shards(strategy, module, path):
+    """ModelParallelStrategy.load_checkpoint's sharded branch (Lightning's fabric
+    _load_checkpoint), reading through ZckptStorageReader."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                           get_optimizer_state_dict, set_optimizer_state_dict)
+
+    model = strategy.model
+    model_state = {"state_dict": get_model_state_dict(model)}
+    _dcp_load(model_state, path)
+    model.load_state_dict(model_state["state_dict"], strict=strategy.lightning_module.strict_loading)
+    for idx, optimizer in enumerate(strategy.optimizers):
+        key = f"optimizer_{idx}"
+        state = {key: get_optimizer_state_dict(model, optimizer)}
+        _dcp_load(state, path)
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=state[key],
+                                 options=StateDictOptions(cpu_offload=True))
+
+
+_SHARDED_LAYOUTS = (
+    _ShardedLayout("strategies.fsdp", "FSDPStrategy", lambda s: s._state_dict_type == "sharded", "model",
+                   _load_fsdp_shards),
+    _ShardedLayout("strategies.model_parallel", "ModelParallelStrategy", lambda s: s._save_distributed_checkpoint,
+                   "state_dict", _load_model_parallel_shards),
+)
+
+
+def _dcp_save(state, path):
+    import torch.distributed.checkpoint as dcp
+
+    from .dcp import ZckptStorageWriter, zckpt_errors_unwrapped
+
+    with zckpt_errors_unwrapped():
+        dcp.save(state, storage_writer=ZckptStorageWriter(path))
+
+
+def _dcp_load(state, path):
+    import torch.distributed.checkpoint as dcp
+
+    from .dcp import ZckptStorageReader, zckpt_errors_unwrapped
+
+    with zckpt_errors_unwrapped():
+        dcp.load(state, storage_reader=ZckptStorageReader(path))
+
+
+def _save_sharded(strategy, layout, module, checkpoint, filepath):
+    """The strategy's sharded save: the model's and optimizers' shards as a zckpt DCP folder (a
+    container per rank, `.metadata` last), the rest as a container at meta.pt (rank 0)."""
+    from ._save import save
+
+    path = Path(strategy.broadcast(filepath))
+    if path.is_file():
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    shards = {layout.model_key: checkpoint.pop("state_dict")}
+    shards.update({f"optimizer_{idx}": state for idx, state in enumerate(checkpoint.pop("optimizer_states", []))})
+    _dcp_save(shards, str(path))
+    if strategy.global_rank == 0:
+        save(checkpoint, str(path / module._METADATA_FILENAME))
+
+
+def _save_hook(original, layout, module):
+    @functools.wraps(original)
+    def save_checkpoint(self, checkpoint, filepath, storage_options=None):
+        if not (isinstance(self.checkpoint_io, ZckptCheckpointIO) and layout.is_sharded(self)):
+            return original(self, checkpoint, filepath, storage_options)
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options "
+                            f"(got {storage_options!r})")
+        _save_sharded(self, layout, module, checkpoint, filepath)
+
+    return save_checkpoint
+
+
+def _load_hook(original, layout, module):
+    @functools.wraps(original)
+    def load_checkpoint(self, checkpoint_path, weights_only=None):
+        from .dcp import is_zckpt_folder
+
+        if not isinstance(self.checkpoint_io, ZckptCheckpointIO):
+            return original(self, checkpoint_path, weights_only)
+        # Rank 0's path on every rank (as Lightning does); a link (ModelCheckpoint's last.ckpt)
+        # is read as the folder it names, so that an error names the damaged file itself.
+        path = Path(os.path.realpath(self.broadcast(os.fspath(checkpoint_path))))
+        meta = path / module._METADATA_FILENAME
+        if not (meta.is_file() and is_zckpt_folder(path)):
+            return original(self, path, weights_only)
+        layout.load_shards(self, module, str(path))
+        return load_file(str(meta), weights_only=weights_only)
+
+    return load_checkpoint
+
+
+def _install_sharded_io():
+    """Wraps save_checkpoint and load_checkpoint of FSDPStrategy and ModelParallelStrategy in
+    every installed Lightning package (once; a class wrapped already is left)."""
+    for package in _PACKAGES:
+        for layout in _SHARDED_LAYOUTS:
+            try:
+                module = importlib.import_module(f"{package}.{layout.module}")
+            except ImportError:
+                continue
+            cls = getattr(module, layout.name)
+            if getattr(cls.save_checkpoint, "_zckpt_sharded", False):
+                continue
+            cls.save_checkpoint = _save_hook(cls.save_checkpoint, layout, module)
+            cls.load_checkpoint = _load_hook(cls.load_checkpoint, layout, module)
+            cls.save_checkpoint._zckpt_sharded = True
