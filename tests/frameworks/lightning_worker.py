@@ -8,7 +8,7 @@ CONFIG: package ("lightning.pytorch" or "pytorch_lightning"), io ("zckpt", "zckp
 dirpath: top-k 2 by train_loss, last.ckpt a link), resume (ckpt_path for fit, or null), devices
 (1, or 2 over gloo), strategy (with 2 devices: "ddp", the default; "fsdp", FSDPStrategy's
 sharded checkpoints; "model_parallel", ModelParallelStrategy's, FSDP2 over the data-parallel
-mesh) and out: rank 0 writes there {"losses": [per step], "params": {name: list}} as JSON
+mesh; "model_parallel_full", the same writing full one-file checkpoints) and out: rank 0 writes there {"losses": [per step], "params": {name: list}} as JSON
 (float.hex, so equal means bit-identical), or {"error": type, "message", "file", "chunk"} when
 fit raised (exit 3).
 """
@@ -49,8 +49,9 @@ def make_strategy(pl, name, devices):
         return "auto"
     if name == "fsdp":
         return fsdp_on_the_cpu(pl)
-    if name == "model_parallel":
-        return pl.strategies.ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1)
+    if name in ("model_parallel", "model_parallel_full"):
+        return pl.strategies.ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1,
+                                                   save_distributed_checkpoint=name == "model_parallel")
     return "ddp"
 
 
@@ -90,7 +91,7 @@ def main():
             return loss
 
         def configure_model(self):
-            if strategy == "model_parallel":
+            if strategy.startswith("model_parallel"):
                 from torch.distributed.fsdp import fully_shard
 
                 fully_shard(self.net, mesh=self.device_mesh["data_parallel"])

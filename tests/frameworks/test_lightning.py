@@ -171,6 +171,17 @@ def test_sharded_checkpoint_of_lightnings_default_io_resumes(tmp_path, uninterru
     assert_bit_identical(uninterrupted(strategy), first, resumed)
 
 
+def test_full_checkpoint_of_model_parallel_is_a_container_and_resumes_bit_identical(tmp_path, uninterrupted):
+    """ModelParallelStrategy(save_distributed_checkpoint=False): its one-file checkpoint goes
+    through the CheckpointIO (a container), and its load reads the file itself with
+    torch.load(mmap=True), routed to zckpt.load."""
+    strategy = "model_parallel_full"
+    first, ckpt_dir = train_first(tmp_path, "zckpt", strategy)
+    assert len(saved_checkpoints(ckpt_dir)) == SAVED_EPOCHS
+    assert_containers(saved_checkpoints(ckpt_dir))
+    assert_bit_identical(uninterrupted(strategy), first, resume(tmp_path, "zckpt", ckpt_dir, strategy))
+
+
 @pytest.mark.parametrize("strategy", SHARDED)
 def test_flipped_byte_in_one_ranks_container_stops_the_sharded_resume(tmp_path, sharded_saves, strategy):
     ckpt_dir = copy_of(sharded_saves(strategy)[1], tmp_path)

@@ -17,17 +17,20 @@ in, constructing it wraps their save_checkpoint and load_checkpoint (on the clas
 packages) so that such a folder is a zckpt DCP folder: a container per rank (zckpt.dcp's
 ZckptStorageWriter) plus DCP's `.metadata`, and Lightning's meta.pt a container too. Resuming
 from it reads the shards through ZckptStorageReader into the live model and optimizers and meta.pt
-through zckpt.load; a corrupt chunk on any rank raises zckpt.CorruptError on every rank. A folder
-of DCP's own `.distcp` files, a one-file checkpoint, and strategies without a ZckptCheckpointIO go
-to Lightning's methods unchanged. Other strategies that bypass the CheckpointIO (DeepSpeed) are not
-covered (docs/integrations.md names them).
+through zckpt.load; a corrupt chunk on any rank raises zckpt.CorruptError on every rank. Their full
+(one-file) checkpoints are containers written through the CheckpointIO, loaded by Lightning's own
+method with its reads of the file routed to zckpt.load. A folder of DCP's own `.distcp` files, a
+torch.save file, and strategies without a ZckptCheckpointIO go to Lightning's methods unchanged.
+Other strategies that bypass the CheckpointIO (DeepSpeed) are not covered (docs/integrations.md
+names them).
 """
+import contextlib
 import functools
 import importlib
 import os
 from pathlib import Path
 
-from ._framework_io import load_file
+from ._framework_io import is_container, load_file, torch_io_through_zckpt
 
 # Lightning's packages, each with its own copy of the strategies below (whichever are installed).
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
@@ -255,6 +258,11 @@ def _load_hook(original, layout, module):
         # Rank 0's path on every rank (as Lightning does); a link (ModelCheckpoint's last.ckpt)
         # is read as the folder it names, so that an error names the damaged file itself.
         path = Path(os.path.realpath(self.broadcast(os.fspath(checkpoint_path))))
+        if is_container(path):
+            # A full (one-file) checkpoint, written through ZckptCheckpointIO: Lightning's own
+            # load, its reads of the file routed to zckpt.load.
+            with torch_io_through_zckpt(), _lazy_load_reads_containers(module):
+                return original(self, path, weights_only)
         meta = path / module._METADATA_FILENAME
         if not (meta.is_file() and is_zckpt_folder(path)):
             return original(self, path, weights_only)
@@ -262,6 +270,23 @@ def _load_hook(original, layout, module):
         return load_file(str(meta), weights_only=weights_only)
 
     return load_checkpoint
+
+
+@contextlib.contextmanager
+def _lazy_load_reads_containers(module):
+    """For the block, `module`'s _lazy_load (FSDPStrategy's read of a full checkpoint; it opens
+    the file as torch.save's zip) reads a container through zckpt.load; ModelParallelStrategy's
+    torch.load(mmap=True) is routed by torch_io_through_zckpt instead. Any other file goes to
+    Lightning's _lazy_load."""
+    lazy_load = getattr(module, "_lazy_load", None)
+    if lazy_load is None:
+        yield
+        return
+    module._lazy_load = lambda filename: load_file(os.fspath(filename)) if is_container(filename) else lazy_load(filename)
+    try:
+        yield
+    finally:
+        module._lazy_load = lazy_load
 
 
 def _install_sharded_io():
