@@ -14,29 +14,7 @@ through torch.distributed.checkpoint, with zckpt as DCP's storage (zckpt/dcp.py)
 - a zckpt error on any rank (a corrupt chunk: zckpt.CorruptError naming the file and the chunk)
   is raised as itself on every rank, instead of inside DCP's CheckpointException.
 """
-from ._errors import ZckptError
-
 __all__ = ["use_zckpt"]
-
-# A folder DCP wrote with zckpt holds rank 0's container under this name (dcp.py's
-# prepare_global_plan names rank i's `__<i>_`, each rank writes one container).
-_RANK0_CONTAINER = "__0_0.zckpt"
-
-
-def _is_zckpt_folder(path):
-    from . import _paths
-
-    return _paths.isfile(_paths.join(str(path), _RANK0_CONTAINER))
-
-
-def _zckpt_error_of(error):
-    """The first ZckptError of a DCP CheckpointException (lowest rank), or None."""
-    failures = getattr(error, "failures", None) or {}
-    for rank in sorted(failures):
-        exc = failures[rank][0]
-        if isinstance(exc, ZckptError):
-            return exc
-    return None
 
 
 class _DcpWithZckpt:
@@ -64,20 +42,13 @@ class _DcpWithZckpt:
         return self._real.async_save(state_dict, **self._writer(kwargs))
 
     def load(self, state_dict, **kwargs):
+        from .dcp import ZckptStorageReader, is_zckpt_folder, zckpt_errors_unwrapped
+
         checkpoint_id = kwargs.get("checkpoint_id")
-        if kwargs.get("storage_reader") is not None or checkpoint_id is None or not _is_zckpt_folder(checkpoint_id):
+        if kwargs.get("storage_reader") is not None or checkpoint_id is None or not is_zckpt_folder(checkpoint_id):
             return self._real.load(state_dict, **kwargs)
-        from torch.distributed.checkpoint.api import CheckpointException
-
-        from .dcp import ZckptStorageReader
-
-        try:
+        with zckpt_errors_unwrapped():
             return self._real.load(state_dict, **dict(kwargs, storage_reader=ZckptStorageReader(checkpoint_id)))
-        except CheckpointException as e:
-            found = _zckpt_error_of(e)
-            if found is None:
-                raise
-            raise found from e
 
 
 def use_zckpt(**writer_options):
