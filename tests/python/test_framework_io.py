@@ -1,8 +1,10 @@
 """zckpt/_framework_io.py, which the framework integrations (zckpt.lightning, .transformers,
 .accelerate) stand on, without any framework: torch.save / torch.load routed through zckpt
-inside torch_io_through_zckpt, and torch's own functions back after it. The frameworks themselves
+inside torch_io_through_zckpt, DCP's FileSystemWriter / FileSystemReader as zckpt.dcp's storage
+inside dcp_io_through_zckpt, and torch's own functions and classes back after them. The frameworks themselves
 are tests/frameworks (tools/ci/frameworks.sh)."""
 import io
+import os
 
 import pytest
 import torch
@@ -132,3 +134,91 @@ def test_the_format_constants_are_the_cores(tmp_path):
     (rec,) = _records.of_path(str(path))
     assert rec.conj and not rec.neg and not rec.internal
     assert _core.format_constants()["tensor_flags"]["conj"] == 1 << 2
+
+
+# ----- DCP's file-system storage inside dcp_io_through_zckpt (one process, no process group) -----
+
+def dcp_state():
+    torch.manual_seed(1)
+    return {"w": torch.randn(64, 8), "b": torch.arange(6), "step": 7}
+
+
+def assert_same_state(loaded, saved):
+    assert loaded["step"] == saved["step"]
+    assert torch.equal(loaded["w"], saved["w"]) and torch.equal(loaded["b"], saved["b"])
+
+
+def dcp_round_trip(folder, saved):
+    """Saves `saved` to `folder` and loads it into a state of zeros, both by DCP's FileSystemWriter /
+    FileSystemReader called by name, as accelerate's FSDP functions call them; returns the load."""
+    import torch.distributed.checkpoint as dist_cp
+
+    dist_cp.save(saved, storage_writer=dist_cp.FileSystemWriter(folder))
+    loaded = {"w": torch.zeros(64, 8), "b": torch.zeros(6, dtype=torch.int64), "step": 0}
+    dist_cp.load(loaded, storage_reader=dist_cp.FileSystemReader(folder))
+    return loaded
+
+
+def test_inside_the_block_dcps_file_system_storage_is_zckpts(tmp_path):
+    from zckpt.dcp import ZckptStorageReader, ZckptStorageWriter
+
+    import torch.distributed.checkpoint as dist_cp
+
+    folder = str(tmp_path / "optimizer_0")
+    saved = dcp_state()
+    with fio.dcp_io_through_zckpt():
+        assert isinstance(dist_cp.FileSystemWriter(folder), ZckptStorageWriter)
+        assert not dist_cp.FileSystemWriter(path=folder, overwrite=False).overwrite
+        loaded = dcp_round_trip(folder, saved)
+        assert isinstance(dist_cp.FileSystemReader(folder), ZckptStorageReader)
+    assert sorted(os.listdir(folder)) == [".metadata", "__0_0.zckpt"]
+    assert run_cli("verify", folder).returncode == 0
+    assert_same_state(loaded, saved)
+
+
+def test_a_distcp_folder_and_other_options_stay_dcps(tmp_path):
+    import torch.distributed.checkpoint as dist_cp
+
+    folder = str(tmp_path / "pytorch_model_fsdp_0")
+    saved = dcp_state()
+    Writer, Reader = dist_cp.FileSystemWriter, dist_cp.FileSystemReader
+    dist_cp.save(saved, storage_writer=Writer(folder))  # written before zckpt was plugged in
+    with fio.dcp_io_through_zckpt():
+        reader = dist_cp.FileSystemReader(folder)
+        assert isinstance(reader, Reader) and type(reader) is not Reader
+        assert isinstance(dist_cp.FileSystemWriter(str(tmp_path / "one"), single_file_per_rank=False), Writer)
+        loaded = {"w": torch.zeros(64, 8), "b": torch.zeros(6, dtype=torch.int64), "step": 0}
+        dist_cp.load(loaded, storage_reader=reader)
+    assert_same_state(loaded, saved)
+    assert any(n.endswith(".distcp") for n in os.listdir(folder))
+
+
+def test_dcps_attributes_are_back_after_nested_blocks_and_errors():
+    import torch.distributed.checkpoint as dist_cp
+
+    before = dist_cp.FileSystemWriter, dist_cp.FileSystemReader, dist_cp.load
+    save = torch.save
+    with pytest.raises(RuntimeError, match="inner"):
+        with fio.checkpoint_io_through_zckpt():
+            with fio.dcp_io_through_zckpt():
+                inside = dist_cp.FileSystemWriter
+                assert inside is not before[0]
+            assert dist_cp.FileSystemWriter is inside, "the inner block restored DCP's classes too early"
+            raise RuntimeError("inner")
+    assert (dist_cp.FileSystemWriter, dist_cp.FileSystemReader, dist_cp.load) == before
+    assert torch.save is save
+
+
+def test_a_flipped_byte_in_a_dcp_container_raises_corrupt_error(tmp_path):
+    import torch.distributed.checkpoint as dist_cp
+
+    folder = str(tmp_path / "optimizer_0")
+    with fio.dcp_io_through_zckpt():
+        dist_cp.save(dcp_state(), storage_writer=dist_cp.FileSystemWriter(folder))
+    path = os.path.join(folder, "__0_0.zckpt")
+    record = max(ls_json(path)["storages"], key=lambda s: s["bytes"])
+    flip_byte(path, record["offset"] + record["bytes"] // 2)
+    loaded = {"w": torch.zeros(64, 8), "b": torch.zeros(6, dtype=torch.int64), "step": 0}
+    with fio.dcp_io_through_zckpt(), pytest.raises(zckpt.CorruptError) as e:
+        dist_cp.load(loaded, storage_reader=dist_cp.FileSystemReader(folder))
+    assert e.value.file == path and e.value.chunk is not None and "chunk" in str(e.value)

@@ -51,6 +51,7 @@ import pickle
 import uuid
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
@@ -63,7 +64,8 @@ from ._arg_checks import size
 from ._regions import load_regions, storage_tensors
 from ._writer import write_tensor
 
-__all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata"]
+__all__ = ["ZckptStorageWriter", "ZckptStorageReader", "load_metadata", "is_zckpt_folder",
+           "zckpt_errors_unwrapped"]
 
 # DCP's names in a folder and a container, as the core has them (checkpoint/dcp_layout.h).
 _NAMES = _core.format_constants()["dcp"]
@@ -238,6 +240,12 @@ class _MetadataUnpickler(pickle.Unpickler):
 def _is_local_or_object(checkpoint_id):
     """A local path or an s3:// URL (no other scheme: fsspec's belong to FileSystemWriter)."""
     return "://" not in str(checkpoint_id) or _paths.is_url(str(checkpoint_id))
+
+
+def is_zckpt_folder(path):
+    """Whether the DCP folder `path` (local or s3://) holds zckpt containers: one for
+    ZckptStorageReader, not for DCP's FileSystemReader."""
+    return _paths.isfile(_paths.join(os.fspath(path), RANK0_CONTAINER))
 
 
 def load_metadata(path) -> Metadata:
@@ -415,19 +423,11 @@ class ZckptStorageReader(StorageReader):
 # ----- for integrations that hand DCP a folder by name ------------------------------------------
 
 
-def is_zckpt_folder(path):
-    """Whether the folder `path` holds a zckpt DCP checkpoint (rank 0's container is there), as
-    opposed to one of FileSystemWriter's `.distcp` files, which DCP's own reader reads."""
-    return _paths.isfile(_paths.join(os.fspath(path), RANK0_CONTAINER))
-
-
 @contextlib.contextmanager
 def zckpt_errors_unwrapped():
     """Inside the block, DCP's CheckpointException that carries a ZckptError (the lowest rank's,
     which DCP gathers onto every rank) is raised as that ZckptError: a corrupt chunk stops every
     rank with CorruptError naming the file and the chunk. Other exceptions pass unchanged."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
     try:
         yield
     except CheckpointException as e:
