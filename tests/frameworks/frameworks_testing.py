@@ -64,13 +64,14 @@ def memoized(make):
     return get
 
 
-def assert_stopped_by_corruption(run, damaged, watched):
+def assert_stopped_by_corruption(run, damaged, watched, exit_code=3):
     """A resume `run` ((returncode, result, output) of Worker.run) over a container `damaged` with
-    a flipped byte: the worker exited 3 with zckpt.CorruptError naming that file and its chunk,
-    no training step ran, and nothing under the folder `watched` changed."""
+    a flipped byte: the worker exited 3 (torchrun, whose ranks exit 3, exits 1: exit_code=1) with
+    zckpt.CorruptError naming that file and its chunk, no training step ran, and nothing under the
+    folder `watched` changed."""
     before = files_under(watched)
     rc, result, output = run()
-    assert rc == 3 and result is not None, output[-4000:]
+    assert rc == exit_code and result is not None, output[-4000:]
     assert result["error"] == "CorruptError", result
     assert result["file"] == damaged and result["chunk"] is not None, result
     assert os.path.basename(damaged) in result["message"] and "chunk" in result["message"], result["message"]
