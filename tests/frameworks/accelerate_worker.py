@@ -20,6 +20,8 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, set_seed
 
+from gloo_ranks import finish, write_result  # this folder: sys.path[0] of the script
+
 TOTAL_STEPS = 12
 SAVE_AT = 6  # an epoch's end on one rank and on two (6 and 3 steps an epoch)
 EXAMPLES = 24
@@ -44,10 +46,10 @@ def report_error(accelerator, config, e, losses):
     """What the test expects of a damaged file, reported by rank 0; every rank exits 3, once rank 0
     has written (torchrun stops the other ranks when one exits non-zero)."""
     if accelerator.is_main_process:
-        json.dump({"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
-                   "chunk": getattr(e, "chunk", None), "losses": losses}, open(config["out"], "w"))
+        write_result(config["out"], {"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
+                                     "chunk": getattr(e, "chunk", None), "losses": losses})
     accelerator.wait_for_everyone()
-    sys.exit(3)
+    finish(3)
 
 
 def main():
@@ -99,7 +101,7 @@ def main():
     if accelerator.is_main_process:
         params = {n: [float(v).hex() for v in p.detach().flatten().tolist()]
                   for n, p in accelerator.unwrap_model(model).state_dict().items()}
-        json.dump({"losses": losses, "params": params, "global_step": progress.step}, open(config["out"], "w"))
+        write_result(config["out"], {"losses": losses, "params": params, "global_step": progress.step})
     accelerator.end_training()
 
 
@@ -180,9 +182,10 @@ def fsdp_main(config):
                     save_fsdp_optimizer(plugin, accelerator, opt, model, folder)
     params = full_params(model)
     if accelerator.is_main_process:
-        json.dump({"losses": losses, "params": params}, open(config["out"], "w"))
+        write_result(config["out"], {"losses": losses, "params": params})
     accelerator.end_training()
 
 
 if __name__ == "__main__":
     main()
+    finish(0)

@@ -1,5 +1,5 @@
 """What the multi-rank framework tests share (not a test module): starting a worker script as
-gloo ranks and reading what each rank reported, the zckpt command, a flipped byte inside a
+gloo ranks and reading what each rank reported, a worker's result file and its exit, the zckpt command, a flipped byte inside a
 container's chunk, and a bit-for-bit comparison of training state.
 
 A worker is started as `python SCRIPT RANK WORLD_SIZE PORT PHASE ROOT [EXTRA...]` and writes
@@ -18,6 +18,22 @@ import torch
 PHASE_TIMEOUT_S = 600
 # Seconds one zckpt command may take.
 CLI_TIMEOUT_S = 300
+
+
+def write_result(path, result):
+    """A worker's result as JSON at `path`, the file closed (finish may end the process next)."""
+    with open(path, "w") as f:
+        json.dump(result, f)
+
+
+def finish(code):
+    """Ends a worker rank with `code` without the interpreter's teardown: under FSDP over gloo,
+    the teardown of the process group's threads can abort a process whose run succeeded
+    (std::terminate, "terminate called without an active exception"), which is torch's exit and
+    not what the tests check."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def free_port():

@@ -19,6 +19,8 @@ import sys
 
 import torch
 
+from gloo_ranks import finish, write_result  # this folder: sys.path[0] of the script
+
 STEPS_PER_EPOCH = 4  # batches of BATCH rows per epoch (per rank under DDP: the data is split)
 BATCH = 8
 FEATURES = 16
@@ -118,28 +120,13 @@ def main():
         trainer.fit(model, loader, ckpt_path=config.get("resume"))
     except Exception as e:  # what the test expects of a damaged file, reported by rank 0
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            report(config, {"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
-                            "chunk": getattr(e, "chunk", None), "losses": model.losses})
+            write_result(config["out"], {"error": type(e).__name__, "message": str(e), "file": getattr(e, "file", None),
+                                         "chunk": getattr(e, "chunk", None), "losses": model.losses})
         finish(3)
     params = full_params(trainer, model)
     if trainer.global_rank == 0:
-        report(config, {"losses": model.losses, "params": params, "global_step": trainer.global_step})
+        write_result(config["out"], {"losses": model.losses, "params": params, "global_step": trainer.global_step})
     finish(0)
-
-
-def report(config, result):
-    with open(config["out"], "w") as f:
-        json.dump(result, f)
-
-
-def finish(code):
-    """Ends this rank with `code` without the interpreter's teardown: under FSDP over gloo, the
-    teardown of the process group's threads can abort a process whose run succeeded
-    (std::terminate, "terminate called without an active exception"), which is torch's exit and
-    not what the test checks."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":
