@@ -30,7 +30,7 @@ import importlib
 import os
 from pathlib import Path
 
-from ._framework_io import is_container, load_file, torch_io_through_zckpt
+from ._framework_io import _Swap, is_container, load_file, torch_io_through_zckpt
 
 # Lightning's packages, each with its own copy of the strategies below (whichever are installed).
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
@@ -249,6 +249,8 @@ def _save_hook(original, layout, module):
 
 
 def _load_hook(original, layout, module):
+    lazy_load_reads_containers = _lazy_load_swap(module)
+
     @functools.wraps(original)
     def load_checkpoint(self, checkpoint_path, weights_only=None):
         from .dcp import is_zckpt_folder
@@ -261,7 +263,7 @@ def _load_hook(original, layout, module):
         if is_container(path):
             # A full (one-file) checkpoint, written through ZckptCheckpointIO: Lightning's own
             # load, its reads of the file routed to zckpt.load.
-            with torch_io_through_zckpt(), _lazy_load_reads_containers(module):
+            with torch_io_through_zckpt(), lazy_load_reads_containers():
                 return original(self, path, weights_only)
         meta = path / module._METADATA_FILENAME
         if not (meta.is_file() and is_zckpt_folder(path)):
@@ -272,21 +274,20 @@ def _load_hook(original, layout, module):
     return load_checkpoint
 
 
-@contextlib.contextmanager
-def _lazy_load_reads_containers(module):
-    """For the block, `module`'s _lazy_load (FSDPStrategy's read of a full checkpoint; it opens
-    the file as torch.save's zip) reads a container through zckpt.load; ModelParallelStrategy's
-    torch.load(mmap=True) is routed by torch_io_through_zckpt instead. Any other file goes to
-    Lightning's _lazy_load."""
-    lazy_load = getattr(module, "_lazy_load", None)
-    if lazy_load is None:
-        yield
-        return
-    module._lazy_load = lambda filename: load_file(os.fspath(filename)) if is_container(filename) else lazy_load(filename)
-    try:
-        yield
-    finally:
-        module._lazy_load = lazy_load
+def _lazy_load_swap(module):
+    """The block in which `module`'s _lazy_load (FSDPStrategy's read of a full checkpoint; it opens
+    the file as torch.save's zip) reads a container through zckpt.load and any other file as
+    Lightning's _lazy_load does (_Swap: every thread, blocks nest); a block that does nothing for
+    a module without one (ModelParallelStrategy's torch.load(mmap=True) is routed by
+    torch_io_through_zckpt instead)."""
+    if not hasattr(module, "_lazy_load"):
+        return contextlib.nullcontext
+
+    def reading_containers(original):
+        lazy_load = original["_lazy_load"]
+        return {"_lazy_load": lambda f: load_file(os.fspath(f)) if is_container(f) else lazy_load(f)}
+
+    return _Swap(module.__name__, ("_lazy_load",), reading_containers).block
 
 
 def _install_sharded_io():
