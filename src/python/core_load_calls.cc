@@ -1,7 +1,7 @@
 // The JSON calls of loads and saves: a whole file's chunks checked (verify_chunks), the CUDA
-// runtime in use, zckpt.save's writes and AsyncSaver's host copies. Host buffers, byte ranges and
-// mapped storages are typed calls (core_abi_bytes.cc). The Python layer allocates each storage or
-// tensor and passes addresses; the CUDA runtime is the one torch loaded (common/cudart_loader.h).
+// runtime in use, zckpt.save's writes, AsyncSaver's pickle check and host copies. Host buffers,
+// byte ranges and mapped storages are typed calls (core_abi_bytes.cc). The Python layer allocates
+// each storage or tensor and passes addresses; the CUDA runtime is the one torch loaded (common/cudart_loader.h).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -78,6 +78,14 @@ Json SavePickled(const Json& args, Reply&) {
   return SaveStatsJson(path, s);
 }
 
+// AsyncSaver's check of a pickle before its snapshot: "pickle" read as zckpt.save reads it, an
+// UnsafeError naming a global neither on the allowlist nor in "allow_globals" (save::ReadPickle),
+// so that a refused object is refused by the call that hands it over, before anything is copied.
+Json VetPickle(const Json& args, Reply&) {
+  save::ReadPickle(std::string(ArgBytes(args.at("pickle"))), args.at("allow_globals").get<std::vector<std::string>>());
+  return nullptr;
+}
+
 // AsyncSaver's snapshot of CPU storages: [dst address, src address, bytes] triples copied with
 // plain memcpy (torch's copy_ of uint8 runs a TensorIterator over OpenMP threads, measured ~3x
 // slower than one memcpy on a busy machine), in pieces of 16 MiB spread over "threads" threads
@@ -131,6 +139,7 @@ void AddLoadCalls(CallTable& calls) {
   calls["cuda_runtime"] = CudaRuntimeCall;
   calls["save_pickled"] = SavePickled;
   calls["copy_host_bytes"] = CopyHostBytes;
+  calls["vet_pickle"] = VetPickle;
 }
 
 }  // namespace zckpt::python

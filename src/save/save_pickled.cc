@@ -87,6 +87,12 @@ void CheckMetadata(const std::string& path, const std::map<std::string, std::str
 
 }  // namespace
 
+pickle::TorchPickle ReadPickle(const std::string& pickle, const std::vector<std::string>& allow_globals) {
+  pickle::UnpickleOptions read;
+  read.allow_globals = allow_globals;
+  return pickle::InterpretTorchPickle(pickle::Unpickle(AsBytes(pickle), read));
+}
+
 std::string ArchivePrefix(const std::string& path) {
   for (unsigned char c : path)
     if (c >= 0x80) return "archive";
@@ -102,12 +108,8 @@ SaveStats SavePickledBytes(const std::string& path, const PickledBytes& checkpoi
   return NamingPath(path, [&] {
     auto t0 = std::chrono::steady_clock::now();
     CheckMetadata(path, checkpoint.metadata);
-    // The converter's reading of the pickle: storages and tensor records exactly as `zckpt
-    // convert` derives them from the equivalent .pt file.
-    pickle::UnpickleOptions read;
-    read.allow_globals = checkpoint.allow_globals;
-    pickle::UnpickleResult tree = pickle::Unpickle(AsBytes(checkpoint.pickle), read);
-    pickle::TorchPickle model = pickle::InterpretTorchPickle(tree);
+    // Storages and tensor records exactly as `zckpt convert` derives them from the equivalent .pt.
+    pickle::TorchPickle model = ReadPickle(checkpoint.pickle, checkpoint.allow_globals);
     CheckStorages(path, model, checkpoint);
 
     std::vector<std::string> records = checkpoint.records_before;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "pickle/torch_model.h"
 #include "save/device_reader.h"
 #include "zckpt/error.h"
 #include "zckpt/save_options.h"
@@ -51,6 +52,12 @@ using DeviceReaderFactory = std::function<std::unique_ptr<DeviceReader>()>;
 // storage not supplied, one is supplied it does not name, or a size disagrees with the pickle.
 SaveStats SavePickledBytes(const std::string& path, const PickledBytes& checkpoint, const SaveOptions& options,
                            const DeviceReaderFactory& make_device_reader = {});
+
+// The pickle read as the converter reads a .pt's data.pkl: its storages and tensors, with
+// Error(kUnsafe) naming a global that is neither on the allowlist nor in `allow_globals`. The check
+// SavePickledBytes makes before it writes anything, for a caller that must refuse an object
+// before it copies its storages (zckpt.AsyncSaver's snapshot).
+pickle::TorchPickle ReadPickle(const std::string& pickle, const std::vector<std::string>& allow_globals);
 
 // The record prefix torch.save(obj, path) writes: the file's base name without its last
 // extension (c10's basename), "archive" where torch writes through a stream (a path that is not

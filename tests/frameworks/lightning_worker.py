@@ -10,12 +10,19 @@ dirpath: top-k 2 by train_loss, last.ckpt a link), resume (ckpt_path for fit, or
 sharded checkpoints; "model_parallel", ModelParallelStrategy's, FSDP2 over the data-parallel
 mesh; "model_parallel_full", the same writing full one-file checkpoints) and out: rank 0 writes there {"losses": [per step], "params": {name: list}} as JSON
 (float.hex, so equal means bit-identical), or {"error": type, "message", "file", "chunk"} when
-fit raised (exit 3).
+fit raised (exit 3). Optional: write_delay (seconds each rank's zckpt DCP container write waits
+first, so that a background write is still in flight at the next save, removal and teardown),
+blocked (a path under ckpt_dir made a directory before fit, where a rank's container is to be
+written: that write fails; ModelCheckpoint then reuses names instead of adding -v1). Rank 0 also
+reports "removed" (the folders removed, ModelCheckpoint's top-k) and "removed_before_whole" (those
+removed while the newest saved folder had no meta.pt yet, i.e. while its write was in flight).
 """
 import importlib
 import json
 import os
+import shutil
 import sys
+import time
 
 import torch
 
@@ -68,6 +75,37 @@ def full_params(trainer, model):
             for name, p in model.net.state_dict().items()}
 
 
+def delay_container_writes(seconds):
+    """Every zckpt DCP container write waits `seconds` first."""
+    from zckpt.dcp import ZckptStorageWriter
+
+    write_data = ZckptStorageWriter.write_data
+
+    def delayed(self, plan, planner):
+        time.sleep(seconds)
+        return write_data(self, plan, planner)
+
+    ZckptStorageWriter.write_data = delayed
+
+
+def watch_removals(checkpoint):
+    """{"removed": [...], "removed_before_whole": [...]}, filled as folders are removed (shutil.rmtree,
+    ZckptCheckpointIO.remove_checkpoint's): each removed folder, and those removed while the folder
+    `checkpoint` (ModelCheckpoint) saved last had no meta.pt."""
+    seen = {"removed": [], "removed_before_whole": []}
+    rmtree = shutil.rmtree
+
+    def watched(path, *args, **kwargs):
+        newest = checkpoint._last_checkpoint_saved
+        seen["removed"].append(os.path.basename(path))
+        if newest and not os.path.isfile(os.path.join(newest, "meta.pt")):
+            seen["removed_before_whole"].append(os.path.basename(path))
+        return rmtree(path, *args, **kwargs)
+
+    shutil.rmtree = watched
+    return seen
+
+
 def main():
     config = json.load(open(sys.argv[1]))
     pl = importlib.import_module(config["package"])
@@ -110,8 +148,14 @@ def main():
     model = Tiny()
     plugins = {"zckpt": [ZckptCheckpointIO()], "zckpt-async": [ZckptCheckpointIO(async_save=True)],
                "default": []}[config["io"]]
+    if config.get("write_delay"):
+        delay_container_writes(config["write_delay"])
+    if config.get("blocked"):
+        os.makedirs(os.path.join(config["ckpt_dir"], config["blocked"]), exist_ok=True)
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=config["ckpt_dir"], monitor="train_loss", save_top_k=2,
-                                              save_last="link", every_n_epochs=1)
+                                              save_last="link", every_n_epochs=1,
+                                              enable_version_counter=not config.get("blocked"))
+    removals = watch_removals(checkpoint)
     trainer = pl.Trainer(max_epochs=config["epochs"], accelerator="cpu", devices=devices,
                          strategy=make_strategy(pl, strategy, devices), plugins=plugins, callbacks=[checkpoint],
                          logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -125,7 +169,8 @@ def main():
         finish(3)
     params = full_params(trainer, model)
     if trainer.global_rank == 0:
-        write_result(config["out"], {"losses": model.losses, "params": params, "global_step": trainer.global_step})
+        write_result(config["out"], {"losses": model.losses, "params": params, "global_step": trainer.global_step,
+                                     **removals})
     finish(0)
 
 

@@ -3,7 +3,9 @@ virtualenv with Lightning from PyPI, on the CPU). Each run is lightning_worker.p
 own: train, save through ModelCheckpoint (top-k 2 and a last.ckpt link), then resume in a new
 process with fit(ckpt_path="last"); the continuation must be bit-identical to one uninterrupted run.
 At two gloo ranks, FSDPStrategy's and ModelParallelStrategy's sharded checkpoints (folders that
-bypass the CheckpointIO) must be zckpt DCP folders, resumed in place the same way."""
+bypass the CheckpointIO) must be zckpt DCP folders, resumed in place the same way, written with
+async_save False and True (then in the background: every save and teardown must wait for the
+write in flight, removals be held until it has ended, and a failed write must stop the run)."""
 import os
 import shutil
 
@@ -55,18 +57,19 @@ def saved_checkpoints(ckpt_dir):
     return sorted(os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if n.startswith("epoch="))
 
 
-def train_first(tmp_path, io, key=1, package="lightning.pytorch"):
+def train_first(tmp_path, io, key=1, package="lightning.pytorch", **config):
     """Trains SAVED_EPOCHS with `io`, checkpoints in tmp_path/ckpt; returns (the run, ckpt_dir)."""
     ckpt_dir = str(tmp_path / "ckpt")
-    first = fit(tmp_path, "first", io=io, epochs=SAVED_EPOCHS, ckpt_dir=ckpt_dir, package=package, **run_of(key))
+    first = fit(tmp_path, "first", io=io, epochs=SAVED_EPOCHS, ckpt_dir=ckpt_dir, package=package, **run_of(key),
+                **config)
     assert os.path.islink(os.path.join(ckpt_dir, "last.ckpt")), os.listdir(ckpt_dir)
     return first, ckpt_dir
 
 
-def resume(tmp_path, io, ckpt_dir, key=1, package="lightning.pytorch"):
+def resume(tmp_path, io, ckpt_dir, key=1, package="lightning.pytorch", **config):
     """Resumes from ckpt_dir's last.ckpt in a new process with `io`, up to EPOCHS."""
     return fit(tmp_path, "resumed", io=io, epochs=EPOCHS, ckpt_dir=ckpt_dir, resume="last", package=package,
-               **run_of(key))
+               **run_of(key), **config)
 
 
 def interrupt_and_resume(tmp_path, first_io, resume_io, key=1, package="lightning.pytorch"):
@@ -125,6 +128,17 @@ def test_ddp_two_ranks(tmp_path, uninterrupted):
     assert_containers(saved_checkpoints(ckpt_dir))
 
 
+# Seconds each rank's container write waits (lightning_worker's write_delay) in the runs with
+# async_save=True: far longer than the steps between two saves, so that every save's background
+# write is still in flight at the next save, at ModelCheckpoint's removal and at teardown.
+WRITE_DELAY_S = 1.0
+
+
+def sharded_config(io):
+    """The worker's extra config for a sharded run with `io`."""
+    return {"write_delay": WRITE_DELAY_S} if io == "zckpt-async" else {}
+
+
 @pytest.fixture(scope="module")
 def sharded_saves(tmp_path_factory):
     """strategy -> (the first run with zckpt, its ckpt_dir), made once: each test resumes from a
@@ -148,18 +162,45 @@ def assert_zckpt_folder(folder):
     assert r.returncode == 0 and f"{RANKS} containers verified" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("io", ["zckpt", "zckpt-async"])
 @pytest.mark.parametrize("strategy", SHARDED)
-def test_sharded_checkpoints_are_zckpt_folders_and_resume_is_bit_identical(tmp_path, uninterrupted, sharded_saves,
-                                                                           strategy):
-    first, saved_dir = sharded_saves(strategy)
-    kept = saved_checkpoints(saved_dir)
+def test_sharded_checkpoints_are_zckpt_folders_and_resume_is_bit_identical(tmp_path, uninterrupted, strategy, io):
+    """The resume is in the same folder (ModelCheckpoint restores its top-k only there), so that
+    its saves replace and remove the first run's."""
+    first, ckpt_dir = train_first(tmp_path, io, strategy, **sharded_config(io))
+    kept = saved_checkpoints(ckpt_dir)
     assert len(kept) == SAVED_EPOCHS, kept
     for folder in kept:
         assert_zckpt_folder(folder)
-    ckpt_dir = copy_of(saved_dir, tmp_path)
-    assert_bit_identical(uninterrupted(strategy), first, resume(tmp_path, "zckpt", ckpt_dir, strategy))
-    for folder in saved_checkpoints(ckpt_dir):  # those the resumed run wrote too (top-k 2)
+    resumed = resume(tmp_path, io, ckpt_dir, strategy, **sharded_config(io))
+    assert_bit_identical(uninterrupted(strategy), first, resumed)
+    kept = saved_checkpoints(ckpt_dir)
+    assert len(kept) == 2, kept
+    for folder in kept:
         assert_zckpt_folder(folder)
+    # ModelCheckpoint's top-k 2 removed the others, each right after a save, and only once the
+    # folder saved last was whole.
+    assert sorted(resumed["removed"] + [os.path.basename(f) for f in kept]) == sorted(
+        f"epoch={e}-step={(e + 1) * STEPS_PER_EPOCH}.ckpt" for e in range(EPOCHS)), resumed["removed"]
+    assert resumed["removed_before_whole"] == [], resumed["removed_before_whole"]
+
+
+@pytest.mark.parametrize("strategy", SHARDED)
+def test_failed_background_write_stops_the_next_sharded_save(tmp_path, strategy):
+    """async_save=True: rank 1's container of the second save cannot be written (a directory holds
+    its name); the next save raises that write's error on every rank, naming the file, and the
+    folder is left without the marks of a whole checkpoint."""
+    ckpt_dir = str(tmp_path / "ckpt")
+    failed = os.path.join(ckpt_dir, f"epoch=1-step={2 * STEPS_PER_EPOCH}.ckpt")
+    rc, result, output = WORKER.run(tmp_path, "first", package="lightning.pytorch", io="zckpt-async", epochs=EPOCHS,
+                                    ckpt_dir=ckpt_dir, blocked=os.path.join(os.path.basename(failed), "__1_0.zckpt"),
+                                    **run_of(strategy))
+    assert rc == 3 and result is not None, output[-4000:]
+    assert result["error"] == "InvalidArgumentError", result
+    assert os.path.join(failed, "__1_0.zckpt") in result["message"], result["message"]
+    assert len(result["losses"]) == 3 * STEPS_PER_EPOCH, "the failure was not raised by the next save"
+    assert sorted(os.listdir(failed)) == ["__0_0.zckpt", "__1_0.zckpt"], os.listdir(failed)
+    assert_zckpt_folder(os.path.join(ckpt_dir, f"epoch=0-step={STEPS_PER_EPOCH}.ckpt"))
 
 
 @pytest.mark.parametrize("strategy", SHARDED)
@@ -180,6 +221,26 @@ def test_full_checkpoint_of_model_parallel_is_a_container_and_resumes_bit_identi
     assert len(saved_checkpoints(ckpt_dir)) == SAVED_EPOCHS
     assert_containers(saved_checkpoints(ckpt_dir))
     assert_bit_identical(uninterrupted(strategy), first, resume(tmp_path, "zckpt", ckpt_dir, strategy))
+
+
+@pytest.mark.parametrize("log_model, save_top_k, refused", [("all", 2, True), (True, -1, True), (True, 2, False),
+                                                            (False, -1, False)])
+def test_background_sharded_save_is_refused_while_a_logger_uploads_each_save(log_model, save_top_k, refused):
+    """Lightning's WandbLogger, MLFlowLogger and LitLogger read each checkpoint right after its save
+    with log_model="all", or log_model=True and save_top_k=-1 (otherwise at the end of fit)."""
+    from types import SimpleNamespace
+
+    from zckpt.lightning import _refuse_uploads_at_save
+
+    logger = SimpleNamespace(_log_model=log_model)
+    trainer = SimpleNamespace(loggers=[SimpleNamespace(), logger],
+                              checkpoint_callbacks=[SimpleNamespace(save_top_k=save_top_k)])
+    strategy = SimpleNamespace(lightning_module=SimpleNamespace(_trainer=trainer))
+    if refused:
+        with pytest.raises(RuntimeError, match=f"log_model={log_model!r}.*folder still being written"):
+            _refuse_uploads_at_save(strategy)
+    else:
+        _refuse_uploads_at_save(strategy)
 
 
 @pytest.mark.parametrize("strategy", SHARDED)

@@ -3,6 +3,7 @@ this in a virtualenv with transformers and accelerate from PyPI, on the CPU). Ea
 transformers_worker.py in a process of its own (torchrun for two ranks): train a tiny GPT-2 with a
 Trainer subclass, stop after checkpoint-STOP_AT, resume it in a new process with
 train(resume_from_checkpoint=...); the continuation must be bit-identical to one uninterrupted run."""
+import glob
 import os
 
 import pytest
@@ -53,8 +54,15 @@ def assert_bit_identical(full, first, resumed, steps_before):
     assert resumed["global_step"] == MAX_STEPS
 
 
-def test_checkpoint_files_are_containers_and_resume_is_bit_identical(tmp_path, uninterrupted):
-    first, resumed, folder = interrupt_and_resume(tmp_path, "zckpt", "zckpt")
+def assert_no_incomplete_marks(out):
+    marks = glob.glob(os.path.join(out, "checkpoint-*", "zckpt-incomplete*"))
+    assert not marks, f"marks left after every write landed: {marks}"
+
+
+@pytest.mark.parametrize("io", ["zckpt", "zckpt-async"])
+def test_checkpoint_files_are_containers_and_resume_is_bit_identical(tmp_path, uninterrupted, io):
+    first, resumed, folder = interrupt_and_resume(tmp_path, io, io)
+    assert_no_incomplete_marks(str(tmp_path / "out"))
     assert_bit_identical(uninterrupted(), first, resumed, STOP_AT)
     assert_containers(checkpoint_files(folder))
     with open(os.path.join(folder, "training_args.bin"), "rb") as f:
@@ -85,8 +93,50 @@ def test_flipped_byte_stops_the_resume(tmp_path, damaged):
     assert_stopped_by_corruption(lambda: run(tmp_path, "resumed", io="zckpt", output_dir=out, resume=folder), path, out)
 
 
-def test_torchrun_two_ranks(tmp_path, uninterrupted):
+@pytest.mark.parametrize("io", ["zckpt", "zckpt-async"])
+def test_torchrun_two_ranks(tmp_path, uninterrupted, io):
     # Two ranks split the examples: 3 steps an epoch, the checkpoint two steps into the third.
-    first, resumed, folder = interrupt_and_resume(tmp_path, "zckpt", "zckpt", ranks=2)
+    first, resumed, folder = interrupt_and_resume(tmp_path, io, io, ranks=2)
     assert_bit_identical(uninterrupted(2), first, resumed, STOP_AT)
     assert_containers(checkpoint_files(folder, ranks=2))
+    assert_no_incomplete_marks(str(tmp_path / "out"))
+
+
+def test_async_save_total_limit_keeps_the_newest_checkpoints_whole(tmp_path, uninterrupted):
+    # save_total_limit=2 over checkpoints 4, 8 and 12: the deletions wait for the background
+    # writes, and end as the Trainer's own: the two newest remain, each whole.
+    out = str(tmp_path / "out")
+    full = train(tmp_path, "limited", io="zckpt-async", output_dir=out, save_total_limit=2)
+    assert full["losses"] == uninterrupted()["losses"] and full["params"] == uninterrupted()["params"]
+    assert sorted(os.listdir(out)) == ["checkpoint-12", "checkpoint-8"]
+    for step in (8, 12):
+        assert_containers(checkpoint_files(os.path.join(out, f"checkpoint-{step}")))
+    assert_no_incomplete_marks(out)
+
+
+def test_process_dying_mid_write_leaves_no_checkpoint_to_resume_silently(tmp_path, uninterrupted):
+    # The process dies while checkpoint-8's optimizer.pt is being written, after the Trainer wrote
+    # its trainer_state.json: without the mark, the Trainer would resume from it without the
+    # optimizer's state, silently. With save_total_limit=1, checkpoint-4 survives only because the
+    # deletion waited for the write.
+    out = str(tmp_path / "out")
+    rc, _, output = run(tmp_path, "killed", io="zckpt-async", output_dir=out, save_total_limit=1, die_writing=8)
+    assert rc == 9, output[-4000:]
+    dying = os.path.join(out, "checkpoint-8")
+    assert os.path.exists(os.path.join(dying, "trainer_state.json")) and not os.path.exists(
+        os.path.join(dying, "optimizer.pt")), output[-4000:]
+    assert glob.glob(os.path.join(dying, "zckpt-incomplete.rank0"))
+    assert_containers(checkpoint_files(os.path.join(out, "checkpoint-4")))
+
+    # Named explicitly, it is refused before a step runs, naming the folder.
+    rc, result, output = run(tmp_path, "refused", io="zckpt", output_dir=out, resume=dying)
+    assert rc == 3 and result is not None, output[-4000:]
+    assert result["error"] == "IncompleteCheckpointError" and result["file"] == dying, result
+    assert result["losses"] == []
+    # resume_from_checkpoint=True passes over it to checkpoint-4, and continues bit for bit.
+    resumed = train(tmp_path, "latest", io="zckpt", output_dir=out, resume=True)
+    assert resumed["losses"] == uninterrupted()["losses"][4:]
+    assert resumed["params"] == uninterrupted()["params"]
+    # The resumed run wrote checkpoint-8 again, whole: the dead process's mark went with it.
+    assert_no_incomplete_marks(out)
+    assert_containers(checkpoint_files(dying))

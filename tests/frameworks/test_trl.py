@@ -3,7 +3,8 @@
 on the CPU). transformers_worker.py with trainer "sft": SFTTrainer tokenizes text rows with a word
 tokenizer made in the worker and trains the tiny GPT-2 of test_transformers.py; a run stopped after
 checkpoint-STOP_AT resumes in a new process through train(resume_from_checkpoint=...), and the
-continuation must be bit-identical to one uninterrupted run."""
+continuation must be bit-identical to one uninterrupted run, on one process and on two ranks
+(torchrun), with async_save too."""
 import os
 
 import pytest
@@ -43,3 +44,10 @@ def test_sft_flipped_byte_stops_the_resume(tmp_path):
     flip_storage_byte(path)
     assert_stopped_by_corruption(
         lambda: WORKER.run(tmp_path, "resumed", io="zckpt", trainer="sft", output_dir=out, resume=folder), path, out)
+
+
+@pytest.mark.parametrize("io", ["zckpt", "zckpt-async"])
+def test_sft_torchrun_two_ranks(tmp_path, uninterrupted, io):
+    first, resumed, folder = interrupt_and_resume(tmp_path, io, io, ranks=2, trainer="sft")
+    assert_bit_identical(uninterrupted(2), first, resumed, STOP_AT)
+    assert_containers(checkpoint_files(folder, ranks=2))

@@ -3,10 +3,13 @@
 
     python transformers_worker.py CONFIG.json
 
-CONFIG: io ("zckpt": the Trainer passed through zckpt.transformers.use_zckpt, or "default"),
+CONFIG: io ("zckpt": the Trainer passed through zckpt.transformers.use_zckpt; "zckpt-async": the
+same with async_save=True; or "default"), save_total_limit (the Trainer's, or null), die_writing
+(a step: the process dies, as if killed, while the background write of that checkpoint's
+optimizer.pt is in flight, once the Trainer has written the folder's trainer_state.json),
 trainer ("subclass": a Trainer subclass of this file; "sft": TRL's SFTTrainer, on text of a word
 tokenizer made here: tests/frameworks/test_trl.py), output_dir, stop_at (the step after whose checkpoint the run stops, or null to run all MAX_STEPS),
-resume (resume_from_checkpoint, or null) and out: rank 0 writes there {"losses": [per step],
+resume (resume_from_checkpoint: a folder, true, or null) and out: rank 0 writes there {"losses": [per step],
 "params": {name: list}} as JSON (float.hex, so equal means bit-identical), or {"error": type,
 "message", "file", "chunk", "losses"} when train raised (exit 3).
 """
@@ -92,6 +95,27 @@ def sft_trainer(common, callbacks):
                                callbacks=callbacks)
 
 
+def die_while_writing(folder):
+    """The process ends (os._exit, as a kill would end it) from the background write of
+    folder/optimizer.pt, before a byte of it is written, once the Trainer has gone on to write the
+    folder's trainer_state.json: the moment a folder looks like a checkpoint but is not one."""
+    import time
+
+    import zckpt._save as save_module
+
+    write = save_module._save_pickled
+
+    def dying(path, *args, **kwargs):
+        if path == os.path.abspath(os.path.join(folder, "optimizer.pt")):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(folder, "trainer_state.json")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os._exit(9)
+        return write(path, *args, **kwargs)
+
+    save_module._save_pickled = dying
+
+
 def main():
     config = json.load(open(sys.argv[1]))
     from zckpt.transformers import use_zckpt
@@ -100,15 +124,18 @@ def main():
         output_dir=config["output_dir"], max_steps=MAX_STEPS, per_device_train_batch_size=BATCH,
         save_strategy="steps", save_steps=SAVE_STEPS, learning_rate=1e-2, warmup_steps=2,
         lr_scheduler_type="linear", weight_decay=0.01, seed=42, use_cpu=True, report_to=[],
-        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        save_total_limit=config.get("save_total_limit"))
     callbacks = [StopAfter(config["stop_at"])] if config.get("stop_at") else []
     if config.get("trainer") == "sft":
         trainer = sft_trainer(common, callbacks)
     else:
         trainer = RecordingTrainer(model=tiny_model(), args=transformers.TrainingArguments(**common),
                                    train_dataset=dataset(), callbacks=callbacks)
-    if config["io"] == "zckpt":
-        assert use_zckpt(trainer) is trainer
+    if config["io"] in ("zckpt", "zckpt-async"):
+        assert use_zckpt(trainer, async_save=config["io"] == "zckpt-async") is trainer
+    if config.get("die_writing"):
+        die_while_writing(os.path.join(config["output_dir"], f"checkpoint-{config['die_writing']}"))
     try:
         trainer.train(resume_from_checkpoint=config.get("resume"))
     except Exception as e:  # what the test expects of a damaged file, reported by rank 0

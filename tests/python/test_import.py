@@ -12,7 +12,8 @@ from zckpt_testing import build_root
 
 PUBLIC = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
           "CorruptError", "UnsafeError", "IoError", "NotAContainerError", "UnsupportedError", "InvalidArgumentError",
-          "CancelledError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+          "CancelledError", "IncompleteCheckpointError", "patch_torch_load", "unpatch_torch_load",
+          "torch_load_from_zckpt",
           "OutOfMemoryError", "patch_stats", "reset_patch_stats", "iter_tensors", "container_files"]
 
 

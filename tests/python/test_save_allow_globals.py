@@ -3,7 +3,8 @@
 An object of a class off zckpt's allowlist (as transformers' TrainingArguments is) is refused
 with UnsafeError naming the class, leaving nothing at the path; listed in allow_globals (the
 class itself or its 'module.name'), it is written, and zckpt.load given the same allow_globals
-gives back an equal object. AsyncSaver.save takes the same argument.
+gives back an equal object. AsyncSaver.save takes the same argument, and refuses such an object
+itself, before its snapshot.
 """
 import dataclasses
 
@@ -64,8 +65,10 @@ def test_save_with_allow_globals_round_trips(tmp_path, allowed):
 def test_async_save_takes_allow_globals(tmp_path):
     saver = zckpt.AsyncSaver()
     try:
-        with pytest.raises(zckpt.UnsafeError):
-            saver.save(_arguments(), tmp_path / "refused.zckpt").result(timeout=60)
+        # Refused by the call itself, before a snapshot is taken: no Future, nothing written.
+        with pytest.raises(zckpt.UnsafeError, match=_name().replace(".", r"\.")):
+            saver.save(_arguments(), tmp_path / "refused.zckpt")
+        assert saver.buffer_bytes == 0
         assert not (tmp_path / "refused.zckpt").exists()
         obj = _arguments()
         saver.save(obj, tmp_path / "args.zckpt", allow_globals=[RunArguments]).result(timeout=60)

@@ -13,6 +13,7 @@ its own resume call; contenders:
                 resume: fit(ckpt_path=path) until the first training batch starts
   transformers  default: the Trainer's own (model.safetensors, torch.save of optimizer.pt etc.)
                 zckpt: zckpt.transformers.use_zckpt(trainer)
+                zckpt-async: use_zckpt(trainer, async_save=True) (blocked: until the snapshot)
                 save: the checkpoint-1 folder written inside train() (save_steps=1), timed from
                 on_step_end to on_save; resume: train(resume_from_checkpoint=folder) until the
                 first step begins
@@ -54,7 +55,7 @@ GIB = 1 << 30
 DEFAULT_PARAMS_M = 100
 # The width of each square Linear layer: large tensors (64 MiB each), as a transformer's.
 DEFAULT_WIDTH = 4096
-CONTENDERS = {"lightning": ["default", "zckpt", "zckpt-async"], "transformers": ["default", "zckpt"],
+CONTENDERS = {"lightning": ["default", "zckpt", "zckpt-async"], "transformers": ["default", "zckpt", "zckpt-async"],
               "verl": ["default", "zckpt"]}
 # verl's model: Llama decoder layers of this hidden size (and 2.75x its MLP), as many as make
 # --params-m million parameters; a small vocabulary, so that the layers hold nearly all of them.
@@ -182,7 +183,10 @@ def transformers_child(contender, phase, ckpt, params_m, width):
             meter.start()  # the checkpoint of this step follows
 
         def on_save(self, args, state, control, **kwargs):
-            report_and_exit(with_fsync(meter.stop(), os.path.join(ckpt, "checkpoint-1")))
+            result = meter.stop()
+            if contender == "zckpt-async":
+                trainer._zckpt_writes.finish()  # the background write ends (outside the timing)
+            report_and_exit(with_fsync(result, os.path.join(ckpt, "checkpoint-1")))
 
     g = torch.Generator().manual_seed(0)
     data = [{"x": torch.randn(width, generator=g), "labels": torch.randn(width, generator=g)} for _ in range(4)]
@@ -191,8 +195,8 @@ def transformers_child(contender, phase, ckpt, params_m, width):
         save_strategy="steps", save_steps=1, learning_rate=1e-4, use_cpu=True, report_to=[], logging_strategy="no",
         disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False, label_names=["labels"])
     trainer = transformers.Trainer(model=Wide(), args=args, train_dataset=data, callbacks=[Timing()])
-    if contender == "zckpt":
-        use_zckpt(trainer)
+    if contender != "default":
+        use_zckpt(trainer, async_save=contender == "zckpt-async")
     if phase == "save":
         trainer.train()
         raise SystemExit("train ended without saving")

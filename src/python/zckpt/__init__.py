@@ -27,8 +27,8 @@ Importing zckpt imports no torch: convert, export, verify and the error classes 
 torch-free core (`_core`); the rest imports torch (and checks its version) on first use.
 """
 from ._errors import (  # noqa: F401
-    CancelledError, CorruptError, InvalidArgumentError, IoError, NotAContainerError, UnsafeError, UnsupportedError,
-    ZckptError)
+    CancelledError, CorruptError, IncompleteCheckpointError, InvalidArgumentError, IoError, NotAContainerError,
+    UnsafeError, UnsupportedError, ZckptError)
 from ._torch_free_api import convert, export, verify  # noqa: F401
 
 # Names that need torch -> the module that defines them, imported on first access (PEP 562).
@@ -82,6 +82,7 @@ def __dir__():
 
 __all__ = ["load", "load_into", "save", "async_save", "AsyncSaver", "convert", "export", "verify", "ZckptError",
            "CorruptError", "UnsafeError", "IoError", "NotAContainerError", "UnsupportedError", "InvalidArgumentError",
-           "CancelledError", "patch_torch_load", "unpatch_torch_load", "torch_load_from_zckpt",
+           "CancelledError", "IncompleteCheckpointError", "patch_torch_load", "unpatch_torch_load",
+           "torch_load_from_zckpt",
            "patch_stats", "reset_patch_stats",
            "OutOfMemoryError", "iter_tensors", "container_files"]

@@ -382,6 +382,12 @@ def save_pickled(path, pickle, storages, records_before, records_after, record_b
                  threads=int(threads), streams=_ints(streams or {}), allow_globals=list(allow_globals))
 
 
+def vet_pickle(pickle, allow_globals=()):
+    """Nothing, or UnsafeError naming a global the pickle names that is neither on the allowlist
+    nor in allow_globals ('module.name'): zckpt.save's check, before anything is copied."""
+    _call("vet_pickle", pickle=_bytes_arg(pickle), allow_globals=list(allow_globals))
+
+
 def copy_host_bytes(copies, threads=0):
     """(dst address, src address, bytes) triples copied with memcpy over `threads` threads."""
     _call("copy_host_bytes", copies=[[int(x) for x in c] for c in copies], threads=int(threads))

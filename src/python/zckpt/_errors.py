@@ -71,6 +71,12 @@ class OutOfMemoryError(ZckptError):
     kind = "out-of-memory"
 
 
+class IncompleteCheckpointError(ZckptError):
+    """A checkpoint folder whose files an asynchronous save was still writing when the process
+    that saved it stopped (its `zckpt-incomplete.rank<R>` marks are there): it is not a
+    checkpoint, and a resume from it would miss what was not written. `file` is the folder."""
+
+
 for _field in PLACE:
     setattr(ZckptError, _field, None)
 
@@ -78,7 +84,7 @@ for _field in PLACE:
 # plain ZckptError carrying it.
 _CLASSES = {cls.kind: cls for cls in (IoError, NotAContainerError, CorruptError, UnsupportedError, UnsafeError,
                                       InvalidArgumentError, CancelledError, OutOfMemoryError)}
-for _cls in (ZckptError, *_CLASSES.values()):
+for _cls in (ZckptError, IncompleteCheckpointError, *_CLASSES.values()):
     _cls.__module__ = "zckpt"
 
 

@@ -39,11 +39,36 @@ def load_file(path, map_location=None, weights_only=None, mmap=None, load=None):
     return (load or torch.load)(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
 
 
+@contextlib.contextmanager
+def holding(local, value):
+    """`local.value` (a threading.local's) is `value` for the duration of the block, in this
+    thread; blocks nest, the previous value back when one ends."""
+    previous = getattr(local, "value", None)
+    local.value = value
+    try:
+        yield
+    finally:
+        local.value = previous
+
+
+# .value: the FolderWrites that torch.save inside torch_io_through_zckpt hands a path's container
+# to in this thread (saves_in_background), or None.
+_BACKGROUND = threading.local()
+
+
+def saves_in_background(writes):
+    """For the duration of the block, in this thread, torch.save inside torch_io_through_zckpt
+    hands a path's container to `writes` (a FolderWrites: snapshot now, written in the background)
+    instead of writing it before it returns."""
+    return holding(_BACKGROUND, writes)
+
+
 def _save(obj, f, pickle_module=None, pickle_protocol=None, **kwargs):
     """torch.save inside torch_io_through_zckpt: a path becomes a container (zckpt.save: atomic,
-    checksummed). A file object, torch-only arguments, and an object whose pickle names a global
-    off zckpt's allowlist (the Trainer's TrainingArguments in training_args.bin: zckpt.save
-    refuses it, and zckpt.load would too) go to torch.save unchanged."""
+    checksummed; under saves_in_background, written in the background). A file object,
+    torch-only arguments, and an object whose pickle names a global off zckpt's allowlist (the
+    Trainer's TrainingArguments in training_args.bin: zckpt.save refuses it, and zckpt.load would
+    too) go to torch.save unchanged."""
     if isinstance(f, (str, os.PathLike)) and not kwargs:
         from ._errors import UnsafeError
         from ._save import DEFAULT_PROTOCOL, save
@@ -51,11 +76,15 @@ def _save(obj, f, pickle_module=None, pickle_protocol=None, **kwargs):
         options = {"pickle_protocol": pickle_protocol or DEFAULT_PROTOCOL}
         if pickle_module is not None:
             options["pickle_module"] = pickle_module
+        writes = getattr(_BACKGROUND, "value", None)
         try:
-            save(obj, f, **options)
+            if writes is None:
+                save(obj, f, **options)
+            else:
+                writes.save(obj, f, **options)
             return
         except UnsafeError:
-            pass  # a refused save leaves nothing at f (zckpt.save is atomic)
+            pass  # a refused save leaves nothing at f (zckpt.save is atomic; AsyncSaver refuses first)
     if pickle_module is not None:
         kwargs["pickle_module"] = pickle_module
     if pickle_protocol is not None:
@@ -81,7 +110,7 @@ class _Swap:
 
     def __init__(self, module, names, make):
         self._module = module  # a module's name, imported when a block starts
-        self._names = names
+        self.names = names
         self._make = make
         self._lock = threading.Lock()
         self._depth = 0
@@ -92,7 +121,7 @@ class _Swap:
         module = importlib.import_module(self._module)
         with self._lock:
             if self._depth == 0:
-                self.original = {name: getattr(module, name) for name in self._names}
+                self.original = {name: getattr(module, name) for name in self.names}
                 for name, value in self._make(self.original).items():
                     setattr(module, name, value)
             self._depth += 1

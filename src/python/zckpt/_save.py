@@ -205,15 +205,16 @@ class AsyncSaver:
     def save(self, obj, f, *, pickle_module=pickle, pickle_protocol=DEFAULT_PROTOCOL, chunk_bytes=0, zstd_level=0,
              threads=0, metadata=None, allow_globals=()):
         """Snapshots `obj` and returns a concurrent.futures.Future of its write to `f` (options as
-        zckpt.save). Errors taking the snapshot (an unpicklable object) are raised here; errors
-        writing (a global off the allowlist and not in allow_globals included) are raised by the
-        Future's result()."""
+        zckpt.save). Errors of the object are raised here, before anything is copied: one that
+        cannot be pickled, and UnsafeError for a global off the allowlist and not in
+        allow_globals; errors writing (the disk, the path) are raised by the Future's result()."""
         path = _path(f)
         chunk_bytes, threads = _check_options(chunk_bytes, zstd_level, threads)
         allowed = allowed_globals(allow_globals)
         with self._lock:
             self._wait_pending()
             data, storages = _pickle_like_torch_save(obj, pickle_module, pickle_protocol)
+            _core.vet_pickle(data, allowed)
             host = self._snapshot(storages, threads)
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1,

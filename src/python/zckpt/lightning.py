@@ -8,16 +8,23 @@ written atomically, every chunk checksummed; `ckpt_path=...` and `"last"` read i
 zckpt.load, so a damaged file raises zckpt.CorruptError naming the file and chunk before anything
 is restored. A `.ckpt` written by torch.save (Lightning's default I/O) is read by torch.load as
 before. With async_save=True the training step waits only for the snapshot (zckpt.AsyncSaver):
-the write goes on in a background thread; a failed write is raised by the next save, load,
-remove or teardown.
+the write goes on in a background thread; a failed write is raised by the next save, load or
+teardown, and a removal asked for meanwhile (ModelCheckpoint's) is done once the write has ended,
+never if it failed.
 
 FSDPStrategy(state_dict_type="sharded") and ModelParallelStrategy(save_distributed_checkpoint=True)
 write their sharded checkpoint folders without the CheckpointIO; with a ZckptCheckpointIO plugged
-in, constructing it wraps their save_checkpoint and load_checkpoint (on the class, once, in both
-packages) so that such a folder is a zckpt DCP folder: a container per rank (zckpt.dcp's
-ZckptStorageWriter) plus DCP's `.metadata`, and Lightning's meta.pt a container too. Resuming
-from it reads the shards through ZckptStorageReader into the live model and optimizers and meta.pt
-through zckpt.load; a corrupt chunk on any rank raises zckpt.CorruptError on every rank. Their full
+in, constructing it wraps their save_checkpoint, load_checkpoint and teardown (on the class, once,
+in both packages) so that such a folder is a zckpt DCP folder: a container per rank (zckpt.dcp's
+ZckptStorageWriter) plus DCP's `.metadata`, and Lightning's meta.pt a container too, written last.
+With async_save=True the sharded save returns once the shards are copied to host memory:
+torch.distributed.checkpoint.async_save writes the folder in a background thread, its collectives
+on a gloo group of their own; as for one file, the next save, load and teardown wait for it
+(removals held until then) and raise its error (a ZckptError naming the file, on every rank). It
+is refused while a logger uploads each checkpoint as it is saved (log_model="all"), which would
+read a folder still being written. Resuming from a folder reads the shards through ZckptStorageReader into the live model
+and optimizers and meta.pt through zckpt.load; a corrupt chunk on any rank raises
+zckpt.CorruptError on every rank. Their full
 (one-file) checkpoints are containers written through the CheckpointIO, loaded by Lightning's own
 method with its reads of the file routed to zckpt.load. A folder of DCP's own `.distcp` files, a
 torch.save file, and strategies without a ZckptCheckpointIO go to Lightning's methods unchanged.
@@ -59,6 +66,16 @@ def _checkpoint_io_bases():
     return tuple(bases)
 
 
+def _remove(path):
+    """Removes the file, link or folder (recursively) at `path`, if any."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.remove(path)
+    elif os.path.isdir(path):
+        import shutil
+
+        shutil.rmtree(path)
+
+
 class ZckptCheckpointIO(*_checkpoint_io_bases()):
     """Lightning's CheckpointIO writing and reading zckpt containers (see the module's docstring)."""
 
@@ -67,7 +84,9 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
         _install_sharded_io()
         self.async_save = async_save
         self._saver = None  # the AsyncSaver of async_save=True, made on the first save
-        self._pending = None  # (path, Future) of the write in flight
+        self._pending = None  # (path, wait) of the write in flight: wait() returns once it ended, or raises its error
+        self._removals = []  # paths remove_checkpoint was given while that write was in flight
+        self._write_group = None  # (the default group it was made under, _sharded_write_group's group)
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         """Writes `checkpoint` as a container at `path` (its folder made first); with async_save,
@@ -86,7 +105,7 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
             from ._save import AsyncSaver
 
             self._saver = AsyncSaver()
-        self._pending = (path, self._saver.save(checkpoint, path))
+        self._pending = (path, self._saver.save(checkpoint, path).result)
 
     def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None):
         """The checkpoint at `path`, as TorchCheckpointIO.load_checkpoint gives it: a container
@@ -100,15 +119,18 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
         return load_file(path, map_location=map_location, weights_only=weights_only)
 
     def remove_checkpoint(self, path):
-        """Removes the checkpoint at `path` (a folder recursively), once any write in flight ended."""
+        """Removes the checkpoint at `path` (a folder recursively) once the write in flight, if
+        any, has ended, without making the step wait for it: ModelCheckpoint removes the checkpoint
+        a new one replaces right after saving the new one, so the old one is removed when the new
+        one is whole (by the next save, load or teardown, which wait for the write first) and not
+        at all if its write failed. The checkpoint being written itself is removed at once, after
+        its write."""
         path = os.fspath(path)
+        if self._pending is not None and os.path.realpath(path) != os.path.realpath(self._pending[0]):
+            self._removals.append(path)
+            return
         self._finish_pending()
-        if os.path.islink(path) or os.path.isfile(path):
-            os.remove(path)
-        elif os.path.isdir(path):
-            import shutil
-
-            shutil.rmtree(path)
+        _remove(path)
 
     def teardown(self):
         """Waits for the write in flight (raising its error) and frees the snapshot buffer."""
@@ -123,9 +145,24 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
         """Waits for the write in flight; its error (a ZckptError naming the file) is raised here."""
         if self._pending is None:
             return
-        _, future = self._pending
-        self._pending = None
-        future.result()
+        (_, wait), self._pending = self._pending, None
+        removals, self._removals = self._removals, []
+        wait()  # a failed write keeps the checkpoints it was to replace
+        for path in removals:
+            _remove(path)
+
+    def _sharded_write_group(self):
+        """The gloo group that background sharded writes run their collectives on, made by the first
+        one (a collective: every rank makes its sharded save together) and again after the default
+        group is replaced. Collectives on one group must come in the same order on every rank; the
+        training step's, on the strategy's group, run meanwhile in another thread, so the writes
+        get a group of their own. gloo: DCP's async_save needs a group with a CPU backend."""
+        import torch.distributed as dist
+
+        world = dist.group.WORLD
+        if self._write_group is None or self._write_group[0] is not world:
+            self._write_group = (world, dist.new_group(backend="gloo"))
+        return self._write_group[1]
 
 
 # ----- sharded checkpoints: FSDPStrategy and ModelParallelStrategy --------------------------------
@@ -137,7 +174,15 @@ class ZckptCheckpointIO(*_checkpoint_io_bases()):
 # same steps with ZckptStorageWriter / ZckptStorageReader and zckpt.save / zckpt.load, but only
 # for a strategy whose checkpoint_io is a ZckptCheckpointIO, and for the load only of a folder
 # zckpt wrote: any other strategy, one-file checkpoint or `.distcp` folder goes to Lightning's own
-# method unchanged. torch itself is not patched.
+# method unchanged. torch itself is not patched. Their teardown is wrapped too: it does not call
+# the CheckpointIO's teardown (Strategy.teardown does), which waits for the write in flight.
+#
+# With async_save=True a sharded save is one DCP async_save. Lightning's places that touch the
+# folder afterwards: ModelCheckpoint's removals (Strategy.remove_checkpoint -> the CheckpointIO's
+# remove_checkpoint on rank 0), its last.ckpt link (made at once; it names the folder, reads
+# nothing), the next save, a load, teardown, and loggers' after_save_checkpoint (uploads with
+# log_model): each waits for the write, is held until it has ended (removals), or is refused
+# (_refuse_uploads_at_save).
 
 
 class _ShardedLayout:
@@ -219,20 +264,120 @@ def _dcp_load(state, path):
         dcp.load(state, storage_reader=ZckptStorageReader(path))
 
 
-def _save_sharded(strategy, layout, module, checkpoint, filepath):
-    """The strategy's sharded save: the model's and optimizers' shards as a zckpt DCP folder (a
-    container per rank, `.metadata` last), the rest as a container at meta.pt (rank 0)."""
-    from ._save import save
-
+def _sharded_folder(strategy, layout, checkpoint, filepath):
+    """(folder, shards) of a sharded save, as Lightning's save makes them: rank 0's `filepath` as a
+    folder (a file there removed), and the model's and optimizers' states taken out of
+    `checkpoint`, whose rest goes to meta.pt."""
     path = Path(strategy.broadcast(filepath))
     if path.is_file():
         path.unlink()
     path.mkdir(parents=True, exist_ok=True)
     shards = {layout.model_key: checkpoint.pop("state_dict")}
     shards.update({f"optimizer_{idx}": state for idx, state in enumerate(checkpoint.pop("optimizer_states", []))})
+    return path, shards
+
+
+def _save_sharded(strategy, layout, module, checkpoint, filepath):
+    """The strategy's sharded save: the model's and optimizers' shards as a zckpt DCP folder (a
+    container per rank, `.metadata` last), the rest as a container at meta.pt (rank 0)."""
+    from ._save import save
+
+    path, shards = _sharded_folder(strategy, layout, checkpoint, filepath)
     _dcp_save(shards, str(path))
     if strategy.global_rank == 0:
         save(checkpoint, str(path / module._METADATA_FILENAME))
+
+
+def _save_sharded_in_background(strategy, layout, module, checkpoint, filepath):
+    """The sharded save of async_save=True: the folder _save_sharded writes, returning once the
+    shards are copied to host memory and rank 0 has a deep copy of the rest. DCP's async_save
+    writes the containers, `.metadata`, then meta.pt (_meta_last_writer) in a background thread;
+    the checkpoint_io keeps that write as the one in flight, which every later save, load,
+    remove and teardown waits for first. The copy is DCP's BlockingAsyncStager (a new CPU tensor
+    for each tensor, ShardedTensor shard and DTensor local tensor): async_save's default stager
+    stops at FSDP1's ShardedTensor ("data_ptr ... not supported for ShardedTensor")."""
+    import copy
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.staging import BlockingAsyncStager
+
+    io = strategy.checkpoint_io
+    io._finish_pending()
+    _refuse_uploads_at_save(strategy)
+    group = io._sharded_write_group()
+    path, shards = _sharded_folder(strategy, layout, checkpoint, filepath)
+    meta = path / module._METADATA_FILENAME
+    rest = None
+    if strategy.global_rank == 0:  # DCP's coordinator: rank 0 of `group`, which holds every rank in order
+        _unmark_whole(path, meta)
+        rest = copy.deepcopy(checkpoint)
+    writer = _meta_last_writer()(str(path), str(meta), rest)
+    future = dcp.async_save(shards, storage_writer=writer, process_group=group, async_stager=BlockingAsyncStager())
+    io._pending = (str(path), functools.partial(_dcp_result, future))
+
+
+def _unmark_whole(path, meta):
+    """Removes the marks of a whole checkpoint from a folder about to be written again (a save to
+    the path of an earlier one: save_last=True's last.ckpt): its meta.pt, which the load requires,
+    and DCP's `.metadata`, so that until the new write ends the folder is refused rather than
+    read as old metadata over new containers."""
+    from .dcp import METADATA_NAME
+
+    for mark in (meta, path / METADATA_NAME):
+        mark.unlink(missing_ok=True)
+
+
+@functools.cache
+def _meta_last_writer():
+    """ZckptStorageWriter(path) that also writes the checkpoint's rest as the container meta.pt,
+    in finish (DCP's coordinator, once every rank's container is written) after `.metadata`: the
+    synchronous save's order, so that a folder with meta.pt is whole; a failure there reaches
+    every rank through DCP, as a failed container does. A class made on first use: zckpt.dcp
+    imports torch.distributed.checkpoint."""
+    from ._save import save
+    from .dcp import ZckptStorageWriter
+
+    class MetaLastWriter(ZckptStorageWriter):
+        def __init__(self, path, meta_path, rest):
+            super().__init__(path)
+            self.meta_path = meta_path
+            self.rest = rest  # None off the coordinator
+
+        def finish(self, metadata, results):
+            super().finish(metadata, results)
+            save(self.rest, self.meta_path)
+
+    return MetaLastWriter
+
+
+def _dcp_result(future):
+    """Waits for DCP's background save `future`; a ZckptError of any rank (the lowest one's) is
+    raised as itself, as _dcp_save raises it."""
+    from .dcp import zckpt_errors_unwrapped
+
+    with zckpt_errors_unwrapped():
+        future.result()
+
+
+def _refuse_uploads_at_save(strategy):
+    """Raises when a logger of the strategy's Trainer reads each checkpoint right after its save:
+    it would read a folder still being written. Lightning's WandbLogger, MLFlowLogger and
+    LitLogger upload checkpoints then with log_model="all", or with log_model=True while a
+    ModelCheckpoint keeps every checkpoint (save_top_k=-1); log_model=True otherwise uploads them
+    at the end of fit, after teardown has waited for the write."""
+    module = strategy.lightning_module
+    trainer = getattr(module, "_trainer", None)
+    if trainer is None:
+        return
+    keeps_every_checkpoint = any(c.save_top_k == -1 for c in trainer.checkpoint_callbacks)
+    for logger in trainer.loggers:
+        log_model = getattr(logger, "_log_model", False)
+        if log_model == "all" or (log_model and keeps_every_checkpoint):
+            raise RuntimeError(
+                f"ZckptCheckpointIO(async_save=True) cannot write {type(strategy).__name__}'s sharded checkpoints "
+                f"in the background: {type(logger).__name__}(log_model={log_model!r}) uploads each checkpoint "
+                f"as soon as it is saved, which would upload a folder still being written. Use async_save=False, "
+                f"or log_model=True with a ModelCheckpoint that keeps the top k (uploaded at the end of fit)")
 
 
 def _save_hook(original, layout, module):
@@ -243,7 +388,10 @@ def _save_hook(original, layout, module):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options "
                             f"(got {storage_options!r})")
-        _save_sharded(self, layout, module, checkpoint, filepath)
+        if self.checkpoint_io.async_save:
+            _save_sharded_in_background(self, layout, module, checkpoint, filepath)
+        else:
+            _save_sharded(self, layout, module, checkpoint, filepath)
 
     return save_checkpoint
 
@@ -257,6 +405,7 @@ def _load_hook(original, layout, module):
 
         if not isinstance(self.checkpoint_io, ZckptCheckpointIO):
             return original(self, checkpoint_path, weights_only)
+        self.checkpoint_io._finish_pending()  # a folder is read only once its write ended
         # Rank 0's path on every rank (as Lightning does); a link (ModelCheckpoint's last.ckpt)
         # is read as the folder it names, so that an error names the damaged file itself.
         path = Path(os.path.realpath(self.broadcast(os.fspath(checkpoint_path))))
@@ -272,6 +421,22 @@ def _load_hook(original, layout, module):
         return load_file(str(meta), weights_only=weights_only)
 
     return load_checkpoint
+
+
+def _teardown_hook(original):
+    """teardown that ends with the checkpoint_io's teardown, as Strategy.teardown does: these two
+    strategies' own teardown does not call it, so the write in flight would go unwaited (and its
+    error unraised) when fit ends. Lightning's teardown runs either way."""
+    @functools.wraps(original)
+    def teardown(self):
+        if not isinstance(self.checkpoint_io, ZckptCheckpointIO):
+            return original(self)
+        try:
+            self.checkpoint_io.teardown()
+        finally:
+            original(self)
+
+    return teardown
 
 
 def _lazy_load_swap(module):
@@ -291,8 +456,9 @@ def _lazy_load_swap(module):
 
 
 def _install_sharded_io():
-    """Wraps save_checkpoint and load_checkpoint of FSDPStrategy and ModelParallelStrategy in
-    every installed Lightning package (once; a class wrapped already is left)."""
+    """Wraps save_checkpoint, load_checkpoint and teardown of FSDPStrategy and
+    ModelParallelStrategy in every installed Lightning package (once; a class wrapped already is
+    left)."""
     for package in _PACKAGES:
         for layout in _SHARDED_LAYOUTS:
             try:
@@ -304,4 +470,5 @@ def _install_sharded_io():
                 continue
             cls.save_checkpoint = _save_hook(cls.save_checkpoint, layout, module)
             cls.load_checkpoint = _load_hook(cls.load_checkpoint, layout, module)
+            cls.teardown = _teardown_hook(cls.teardown)
             cls.save_checkpoint._zckpt_sharded = True
