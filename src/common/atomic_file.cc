@@ -22,15 +22,20 @@ namespace zckpt {
 namespace {
 
 constexpr size_t kBufferBytes = 1 << 20;
-// Write-behind: once this many bytes have gone to write(2) since the last start, their writeback
-// is started (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait). Commit's fsync is due
-// anyway, so the disk may as well start while the rest is written: the writer then meets fewer
-// dirty pages (and less dirty-page throttling in write(2)) and fsync finds less left to do.
-// Measured on ext4 on the project's busy 2-core VM, 1 GiB, interleaved rounds, medians:
-// zckpt.save of a Llama-like state dict 0.65 s with it against 1.02 s without (7 rounds, one
-// process alternating); plain 4 MiB writes + fsync 1.98-2.10 s started every 32 MiB against
-// 2.5-3.1 s without (13 rounds; every 8 MiB: 1.23-2.52 s with a wider spread; also waiting for the
-// previous window: 1.75-2.51 s).
+// Write-behind and drop-behind. Once this many bytes have gone to write(2) since the last window,
+// their writeback is started (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait), and
+// the window before it, whose writeback has had a window's time to run, is waited for and its
+// pages handed back to the kernel (POSIX_FADV_DONTNEED). So a write holds about two windows of
+// the file in the page cache whatever its size, the pages it frees are the ones its next writes
+// get, and Commit's fsync finds at most two windows left to write.
+// Why not leave the file to the page cache: a replacement is written beside the destination it
+// replaces, so without drop-behind it needs as many fresh pages as it has bytes while the old
+// file's stay cached until the rename (a write that truncates in place reuses the old file's
+// pages at once). Fresh pages are what costs: on the project's VM (Firecracker, free-page
+// reporting) touching 1 GiB of pages the kernel has not used lately takes 0.5-2.7 s, as much as
+// or more than writing that GiB to disk. A checkpoint just written is seldom read back soon; its
+// reader then reads it from disk, and the trainer's own cached data is not pushed out for it.
+// Measured: docs/benchmarks.md#saving-issue-46 (tools/bench/bench_save_floor.py).
 constexpr uint64_t kWriteBehindBytes = 32ull << 20;
 std::atomic<int> g_fail_after{0};
 
@@ -167,11 +172,27 @@ void AtomicFile::WriteAll(const char* p, size_t left) {
   if (appended_ - behind_ >= kWriteBehindBytes) StartWriteback();
 }
 
-// Best effort: a filesystem without sync_file_range (or one that refuses it) leaves all the
-// writeback to Commit's fsync, which reports any error the writeback meets.
+// Write-behind and drop-behind (kWriteBehindBytes). A write error either call reports fails the
+// write here: the wait consumes the error it reports (a later fsync of this file would not see
+// it again). A filesystem that refuses the calls (EINVAL, ESPIPE, ENOSYS) gets neither from then
+// on, and Commit's fsync writes it all.
 void AtomicFile::StartWriteback() {
-  (void)::sync_file_range(fd_, static_cast<off_t>(behind_), static_cast<off_t>(appended_ - behind_),
-                          SYNC_FILE_RANGE_WRITE);
+  if (!write_behind_) return;
+  const auto sync_range = [this](uint64_t from, uint64_t to, unsigned flags) {
+    if (::sync_file_range(fd_, static_cast<off_t>(from), static_cast<off_t>(to - from), flags) == 0) return true;
+    if (errno == EIO || errno == ENOSPC || errno == EDQUOT) ThrowIo("cannot write", destination_, errno);
+    write_behind_ = false;
+    return false;
+  };
+  if (!sync_range(behind_, appended_, SYNC_FILE_RANGE_WRITE)) return;
+  if (dropped_ < behind_) {
+    if (!sync_range(dropped_, behind_,
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER))
+      return;
+    (void)::posix_fadvise(fd_, static_cast<off_t>(dropped_), static_cast<off_t>(behind_ - dropped_),
+                          POSIX_FADV_DONTNEED);
+    dropped_ = behind_;
+  }
   behind_ = appended_;
 }
 

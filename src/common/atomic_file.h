@@ -11,8 +11,10 @@
 // Elsewhere (no O_TMPFILE, or no /proc to link it through) the data goes to that named temporary
 // from the start, created O_EXCL and locked at once, and the same sweep removes it when its writer
 // dies. Either way the old destination stays intact until the rename, and the folder is fsynced
-// after it. While it is written, the file's writeback is started behind the writer in steps of
-// 32 MiB (sync_file_range, not waited for): Commit's fsync then finds little left to write.
+// after it. While it is written, the file's writeback is started behind the writer in windows of
+// 32 MiB, and each window's pages are dropped from the page cache once it is on the disk: a
+// write holds about two windows of the file in memory whatever its size, and Commit's fsync finds
+// little left to write.
 //
 // Two writers of one destination: each one's result is whole, and the last rename wins (rename(2)
 // has no "only if unchanged"). A writer that finds at its commit that the destination is no longer
@@ -85,10 +87,13 @@ class AtomicFile {
   dev_t dest_dev_ = 0;
   ino_t dest_ino_ = 0;
   uint64_t position_ = 0;
-  // Bytes appended through write(2) (position_ less what buffer_ holds), and the end of the range
-  // whose writeback has been started (write-behind, atomic_file.cc).
+  // Bytes appended through write(2) (position_ less what buffer_ holds), the end of the range
+  // whose writeback has been started, and the end of the range written and handed back to the
+  // kernel (write-behind and drop-behind, atomic_file.cc); false once the filesystem refused.
   uint64_t appended_ = 0;
   uint64_t behind_ = 0;
+  uint64_t dropped_ = 0;
+  bool write_behind_ = true;
   bool done_ = false;
   // Small writes (records, padding) are gathered so the kernel sees large writes.
   std::string buffer_;

@@ -23,6 +23,9 @@ its own resume call; contenders:
                 save: manager.save_checkpoint(folder, global_step=1) after one step;
                 resume: a fresh model and optimizer, manager.load_checkpoint(folder)
 
+Each checkpoint is resumed twice: as its save left it (the default's files still in the page
+cache, zckpt's dropped from it as they reached the disk: src/common/atomic_file.h), then cold,
+every file of it evicted first (POSIX_FADV_DONTNEED), as after a restart on another node.
 Measured per run, each in a fresh process (the framework's cached virtualenv,
 ~/.cache/zckpt/frameworks/<name>, seeing the build's zckpt as tools/ci/frameworks.sh does):
 blocked seconds (save) or seconds to the first step (resume); the host memory the step added
@@ -303,6 +306,19 @@ def settle(path):
     time.sleep(1)
 
 
+def evict_tree(path):
+    """Every file of the checkpoint out of the page cache (fsynced first: only clean pages go), as
+    after a restart on another node or once memory pressure took them."""
+    fsync_tree(path)
+    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def checkpoint_bytes(path):
     if os.path.isfile(path):
         return os.path.getsize(path)
@@ -345,11 +361,15 @@ def main():
                     fsync_tree(ckpt)  # the resume reads a settled checkpoint
                     os.sync()
                     resume = run_child(framework, contender, "resume", ckpt, args)
+                    evict_tree(ckpt)
+                    os.sync()
+                    cold = run_child(framework, contender, "resume", ckpt, args)
                     settle(ckpt)
                     runs.setdefault(framework, {}).setdefault(contender, []).append(
-                        {"save": save, "resume": resume, "bytes": size})
+                        {"save": save, "resume": resume, "cold": cold, "bytes": size})
                     print(f"round {r + 1}/{args.rounds} {framework} {contender}: save {save['seconds']:.2f} s "
-                          f"(+ fsync {save['fsync']:.2f} s), resume {resume['seconds']:.2f} s", file=sys.stderr)
+                          f"(+ fsync {save['fsync']:.2f} s), resume {resume['seconds']:.2f} s, cold "
+                          f"{cold['seconds']:.2f} s", file=sys.stderr)
         report(runs, args)
         if args.json:
             print(json.dumps(runs, indent=1))
@@ -366,10 +386,12 @@ def report(runs, args):
           f"layers; verl: a Llama); {args.rounds} rounds, contenders interleaved, each save and resume a fresh "
           "process; medians")
     print(f"{'framework':<13} {'contender':<12} {'ckpt GiB':>8} {'save s':>7} {'ratio':>6} {'durable s':>9} {'ratio':>6} "
-          f"{'save +RSS':>10} {'resume s':>8} {'ratio':>6} {'resume +RSS':>11} {'peak RSS save/resume':>21}")
+          f"{'save +RSS':>10} {'resume s':>8} {'ratio':>6} {'cold s':>6} {'ratio':>6} {'resume +RSS':>11} "
+          f"{'peak RSS save/resume':>21}")
     figures = {"save": lambda r: r["save"]["seconds"], "durable": lambda r: r["save"]["seconds"] + r["save"]["fsync"],
                "save_added": lambda r: r["save"]["added"], "save_peak": lambda r: r["save"]["peak_rss"],
-               "resume": lambda r: r["resume"]["seconds"], "resume_added": lambda r: r["resume"]["added"],
+               "resume": lambda r: r["resume"]["seconds"], "cold": lambda r: r["cold"]["seconds"],
+               "resume_added": lambda r: r["resume"]["added"],
                "resume_peak": lambda r: r["resume"]["peak_rss"], "bytes": lambda r: r["bytes"]}
     for framework, by in runs.items():
         med = {c: {k: median([f(r) for r in rs]) for k, f in figures.items()} for c, rs in by.items()}
@@ -378,6 +400,7 @@ def report(runs, args):
             print(f"{framework:<13} {c:<12} {m['bytes'] / GIB:>8.2f} {m['save']:>7.2f} {m['save'] / base['save']:>5.2f}x "
                   f"{m['durable']:>9.2f} {m['durable'] / base['durable']:>5.2f}x "
                   f"{m['save_added'] / GIB:>6.2f} GiB {m['resume']:>8.2f} {m['resume'] / base['resume']:>5.2f}x "
+                  f"{m['cold']:>6.2f} {m['cold'] / base['cold']:>5.2f}x "
                   f"{m['resume_added'] / GIB:>7.2f} GiB {m['save_peak'] / GIB:>9.2f} / {m['resume_peak'] / GIB:.2f} GiB")
 
 
