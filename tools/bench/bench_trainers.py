@@ -52,7 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from contenders import host_memory, reset_peak  # noqa: E402
+from contenders import evict, host_memory, reset_peak  # noqa: E402
 GIB = 1 << 30
 # Million parameters of the benchmark's model: with Adam's two moments, >= 1 GiB (issue 46).
 DEFAULT_PARAMS_M = 100
@@ -91,10 +91,14 @@ def wide_model(params_m, width):
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
 
 
+def tree_files(path):
+    """The file `path`, or every file under the folder `path`."""
+    return [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, names in os.walk(path) for f in names]
+
+
 def fsync_tree(path):
     """Every file under `path` (or the file `path`) fsynced."""
-    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, names in os.walk(path) for f in names]
-    for name in files:
+    for name in tree_files(path):
         fd = os.open(name, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -310,19 +314,12 @@ def evict_tree(path):
     """Every file of the checkpoint out of the page cache (fsynced first: only clean pages go), as
     after a restart on another node or once memory pressure took them."""
     fsync_tree(path)
-    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
-    for name in files:
-        fd = os.open(name, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    for name in tree_files(path):
+        evict(name, "fadvise")
 
 
 def checkpoint_bytes(path):
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return sum(os.path.getsize(name) for name in tree_files(path))
 
 
 def median(values):
